@@ -1,0 +1,77 @@
+"""The backend interface: one class per runtime, each in its own module.
+
+A backend turns the reference ONNX model into the files its runtime loads, for one
+profile and precision, and checks every step it takes with ``ctx.check`` (which runs
+the step's output on the host and compares it with the reference; see
+:mod:`edgekit.fidelity`). It never writes the bundle itself: it returns a
+:class:`BuildResult` and the build pipeline assembles, hashes and writes the bundle.
+
+To add a backend: subclass :class:`Backend`, implement the abstract methods, and add
+it to ``BACKENDS`` in :mod:`edgekit.converters`. The agent side is a runner with the
+same ``name`` in ``edgekit_agent.runners``.
+"""
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class BuildContext:
+    """What a backend gets: everything is already loaded and validated."""
+
+    source: object          # edgekit.model.SourceModel (shapes fixed)
+    reference_path: Path    # the source saved as ONNX, FP32, shapes fixed
+    profile: object         # edgekit.profiles.Profile
+    precision: str          # resolved: fp32 | fp16 | int8 | int8-dynamic
+    calib: object           # edgekit.data.Dataset or None
+    workdir: Path
+    check: object           # check(step_name, model_path) -> fidelity record; raises FidelityError
+    log: object = print     # log(message) for progress lines
+
+
+@dataclass
+class BuildResult:
+    model_file: Path                     # the file the runner loads
+    extra_files: list = field(default_factory=list)   # [(path, role)]
+    runtime: str = ""
+    runtime_version: str = ""
+    format: str = ""
+    ops: list = field(default_factory=list)
+    sections: dict = field(default_factory=dict)      # backend-specific report sections
+    warnings: list = field(default_factory=list)
+    runner_options: dict = field(default_factory=dict)  # defaults the agent's runner uses
+
+
+class Backend(abc.ABC):
+    name = ""
+    runtime = ""          # the runtime's Python package, on host and device
+    install_hint = ""     # how to get the runtime
+    precisions = ()       # precisions this backend can build
+
+    @abc.abstractmethod
+    def availability(self):
+        """``(ok: bool, detail: str)`` for ``edgekit doctor``: version, or why not."""
+
+    def ensure_available(self):
+        from edgekit.errors import BackendUnavailable
+
+        ok, detail = self.availability()
+        if not ok:
+            raise BackendUnavailable(f"backend {self.name!r} is not usable here: {detail}. {self.install_hint}")
+
+    @abc.abstractmethod
+    def runtime_version(self):
+        """The runtime version the build targets (written into the manifest)."""
+
+    @abc.abstractmethod
+    def default_precision(self, profile, have_calib):
+        """What the profile's device runs fast, given whether calibration data exists."""
+
+    @abc.abstractmethod
+    def build(self, ctx):
+        """Convert and shrink ``ctx.reference_path``; return a BuildResult."""
+
+    @abc.abstractmethod
+    def predict(self, model_path, samples, threads=None):
+        """Run a built model on the host: list of output dicts, one per sample."""

@@ -1,0 +1,282 @@
+"""ONNX Runtime backend: FP32, FP16, INT8 static (QDQ) and INT8 dynamic; ORT format.
+
+Choices, and why:
+- INT8 static uses the QDQ format with per-channel weights, U8 activations and S8
+  weights: ONNX Runtime's CPU kernels fuse QDQ groups into integer convolutions. INT8
+  dynamic (and the QOperator format) turn every Conv into ConvInteger, which runs
+  10-20x slower than FP32 on CNNs, so it is only built on request, with a warning.
+- On x86 without VNNI, U8S8 products can saturate; the profile asks for
+  ``int8_reduce_range`` there and weights are quantized to 7 bits.
+- The ORT format (``.ort``) is for mobile and minimal builds; the conversion targets
+  the profile's architecture (``arm`` keeps QDQ int8 fusions, drops x86-only NCHWc).
+"""
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+
+from .base import Backend, BuildResult
+
+FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC = {"Conv", "ConvTranspose"}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """ORT's tools print progress to stdout; keep edgekit's stdout (and --json) clean."""
+    buf = io.StringIO()
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield buf
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+class _Reader:
+    """onnxruntime.quantization CalibrationDataReader over a Dataset."""
+
+    def __init__(self, dataset, limit=256):
+        self._it = iter(dataset.samples[:limit])
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+class OrtBackend(Backend):
+    name = "ort"
+    runtime = "onnxruntime"
+    install_hint = "Install it with: pip install 'edgekit[ort]' (or pip install onnxruntime)."
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+
+    def availability(self):
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            return False, f"onnxruntime is not installed ({e})"
+        return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
+
+    def runtime_version(self):
+        import onnxruntime as ort
+
+        return ort.__version__
+
+    def default_precision(self, profile, have_calib):
+        wanted = profile.backend("ort").get("precisions", ["fp32"])
+        for p in wanted:
+            if p == "int8" and not have_calib:
+                continue
+            return p
+        return "fp32"
+
+    # -- host-side inference (fidelity) -------------------------------------------
+    def session(self, model_path, threads=None):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        if threads:
+            so.intra_op_num_threads = threads
+        return ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
+
+    def predict(self, model_path, samples, threads=None):
+        sess = self.session(model_path, threads)
+        names = [o.name for o in sess.get_outputs()]
+        return [dict(zip(names, sess.run(names, feed))) for feed in samples]
+
+    # -- conversion ---------------------------------------------------------------
+    def build(self, ctx):
+        import onnx
+
+        settings = ctx.profile.backend("ort")
+        fmt = settings.get("format", "onnx")
+        warnings = []
+        sections = {}
+        work = ctx.workdir
+        model_path = ctx.reference_path
+        op_types = {n.op_type for n in ctx.source.proto.graph.node}
+
+        if ctx.precision == "fp32":
+            ctx.check("fp32 (shapes fixed)", model_path)
+        elif ctx.precision == "fp16":
+            model_path = self._fp16(ctx.reference_path, work / "model.fp16.onnx")
+            ctx.check("fp16 weights and activations", model_path)
+            if "fp16" not in settings.get("precisions", []):
+                warnings.append(
+                    f"profile {ctx.profile.name} does not list fp16 as fast for ONNX Runtime: its CPU provider "
+                    "runs most fp16 ops through casts to fp32; expect it slower than fp32 here")
+        elif ctx.precision == "int8":
+            reduce_range = bool(settings.get("int8_reduce_range", False))
+            model_path = self._int8_static(ctx, work, reduce_range)
+            sections["quantization"] = {
+                "method": "static", "format": "QDQ", "per_channel": True, "activations": "uint8",
+                "weights": "int8", "reduce_range": reduce_range, "calibration": "minmax",
+                "calibration_samples": min(len(ctx.calib), 256),
+            }
+            ctx.check("int8 static quantization (QDQ, per-channel)", model_path)
+        elif ctx.precision == "int8-dynamic":
+            model_path = self._int8_dynamic(ctx.reference_path, work / "model.int8dyn.onnx")
+            sections["quantization"] = {"method": "dynamic", "format": "QOperator", "weights": "int8"}
+            ctx.check("int8 dynamic quantization", model_path)
+            if op_types & FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC:
+                warnings.append(
+                    "int8-dynamic turns Conv into ConvInteger, which ONNX Runtime runs 10-20x slower than fp32 on "
+                    "CNNs; use --precision int8 with --calib for a convolutional model")
+        else:
+            raise ValueError(f"unsupported precision {ctx.precision}")
+
+        final_onnx = work / "model.onnx"
+        if model_path != final_onnx:
+            final_onnx.write_bytes(Path(model_path).read_bytes())
+        sections["mobile_usability"] = self._usability(final_onnx)
+        if fmt == "ort":
+            target_platform = "arm" if ctx.profile.arch in ("aarch64", "armv7l") else "amd64"
+            model_file, config = self._to_ort_format(final_onnx, work / "ortfmt", target_platform)
+            ctx.check(f"ORT format (optimized for {target_platform})", model_file)
+            sections["ort_format"] = {"target_platform": target_platform, "optimization": "all, fixed"}
+        else:
+            model_file = final_onnx
+            config = work / "model.required_operators.config"
+            config.write_text(self._required_ops_from_onnx(onnx.load(str(final_onnx))))
+        required = config.read_text()
+        sections["required_operators"] = {
+            "file": "required_operators.config",
+            "config": [l for l in required.splitlines() if l and not l.startswith("#")],
+            "use": "build ONNX Runtime with --minimal_build --include_ops_by_config required_operators.config",
+        }
+        from edgekit.model import operator_set
+
+        ops = operator_set(onnx.load(str(final_onnx)))
+        return BuildResult(
+            model_file=model_file,
+            extra_files=[(config, "required_operators")],
+            runtime="onnxruntime",
+            runtime_version=self.runtime_version(),
+            format=fmt,
+            ops=ops,
+            sections=sections,
+            warnings=warnings,
+            runner_options={"providers": settings.get("providers", ["CPUExecutionProvider"])},
+        )
+
+    def _fp16(self, src, dst):
+        import onnx
+
+        try:
+            from onnxconverter_common import float16
+        except ImportError:
+            from edgekit.errors import BackendUnavailable
+
+            raise BackendUnavailable("fp16 conversion needs onnxconverter-common: pip install 'edgekit[fp16]'") from None
+        with _quiet():
+            m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        onnx.save(m, str(dst))
+        return dst
+
+    def _int8_static(self, ctx, work, reduce_range):
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from edgekit.errors import ConversionError, DataError
+
+        if ctx.calib is None or ctx.calib.synthetic:
+            raise DataError(
+                "int8 static quantization needs calibration data from your domain: pass --calib data.npz "
+                "(arrays named like the model's inputs, ~100 samples), or use --precision fp32/fp16")
+        pre = work / "model.pre.onnx"
+        out = work / "model.int8.onnx"
+        try:
+            with _quiet():
+                quant_pre_process(str(ctx.reference_path), str(pre))
+                quantize_static(
+                    str(pre), str(out), _Reader(ctx.calib), quant_format=QuantFormat.QDQ, per_channel=True,
+                    reduce_range=reduce_range, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                )
+        except Exception as e:  # ORT raises bare Exceptions with its own messages
+            raise ConversionError(f"ONNX Runtime static quantization failed: {e}") from e
+        return out
+
+    def _int8_dynamic(self, src, dst):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        from edgekit.errors import ConversionError
+
+        try:
+            with _quiet():
+                quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        except Exception as e:
+            raise ConversionError(f"ONNX Runtime dynamic quantization failed: {e}") from e
+        return dst
+
+    def _to_ort_format(self, onnx_path, outdir, target_platform):
+        from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+
+        from edgekit.errors import ConversionError
+
+        outdir.mkdir(parents=True, exist_ok=True)
+        src_dir = outdir / "src"
+        src_dir.mkdir(exist_ok=True)
+        src = src_dir / "model.onnx"
+        src.write_bytes(onnx_path.read_bytes())
+        try:
+            with _quiet():
+                convert_onnx_models_to_ort(src, output_dir=outdir, optimization_styles=[OptimizationStyle.Fixed],
+                                           target_platform=target_platform)
+        except Exception as e:
+            raise ConversionError(f"conversion to ORT format failed: {e}") from e
+        ort_file = outdir / "model.ort"
+        config = outdir / "model.required_operators.config"
+        if not ort_file.exists() or not config.exists():
+            raise ConversionError(f"ORT format conversion wrote no model.ort/config in {outdir}")
+        return ort_file, config
+
+    @staticmethod
+    def _required_ops_from_onnx(proto):
+        opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+        by_domain = {}
+        for n in proto.graph.node:
+            by_domain.setdefault(n.domain or "ai.onnx", set()).add(n.op_type)
+        lines = ["# required operators of the ONNX model (domain;opset;ops)"]
+        for domain in sorted(by_domain):
+            lines.append(f"{domain};{opsets.get(domain, 1)};{','.join(sorted(by_domain[domain]))}")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _usability(onnx_path):
+        """ONNX Runtime's own NNAPI / Core ML partitioning check (the mobile usability checker)."""
+        import tempfile
+
+        try:
+            import onnx
+            from onnxruntime.tools.mobile_helpers import usability_checker as uc
+            from onnxruntime.tools.onnx_model_utils import optimize_model
+        except ImportError as e:
+            return {"error": f"ORT usability checker unavailable: {e}"}
+        # As ORT's checker does: basic optimizations first (constant folding), as a mobile session would.
+        with tempfile.TemporaryDirectory() as tmp:
+            optimized = Path(tmp) / "basic.onnx"
+            with _quiet():
+                optimize_model(Path(onnx_path), optimized, use_external_initializers=True)
+            model = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
+        checks = {
+            "NNAPI": lambda m: uc.check_nnapi_partitions(m, True),
+            "CoreML MLProgram": lambda m: uc.check_coreml_partitions(m, True, "coreml_supported_mlprogram_ops.md"),
+        }
+        out = {}
+        for ep, fn in checks.items():
+            try:
+                with _quiet():
+                    info = fn(model)
+            except Exception as e:  # the checker asserts on graphs it does not understand
+                out[ep] = {"error": str(e)}
+                continue
+            out[ep] = {
+                "supported_nodes": info.num_supported_nodes,
+                "nodes": info.num_nodes,
+                "partitions": info.num_partitions,
+                "unsupported_ops": sorted(info.unsupported_ops),
+                "nodes_unsupported_due_to_dynamic_input": info.nodes_unsupported_due_to_dynamic_input,
+                "suitability": info.suitability().name,
+            }
+        return out

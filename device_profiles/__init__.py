@@ -1,0 +1,1 @@
+"""Built-in device profiles (TOML data files) and their JSON schema."""

@@ -1,0 +1,96 @@
+"""Command line of the agent: serve, start, stop, status, bench, version."""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from . import API_VERSION, __version__
+
+DEFAULT_ROOT = "~/.cache/edgekit/device"
+
+
+def _token(args):
+    if getattr(args, "token_file", None):
+        with open(args.token_file) as f:
+            return f.read().strip()
+    return os.environ.get("EDGEKIT_AGENT_TOKEN") or None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="edgekit-agent", description="edgekit on-device agent %s" % __version__)
+    sub = p.add_subparsers(dest="cmd")
+    for name in ("serve", "start"):
+        s = sub.add_parser(name, help="run the local API in the foreground" if name == "serve"
+                           else "start the local API in the background and print its state")
+        s.add_argument("--root", default=DEFAULT_ROOT)
+        s.add_argument("--host", default="127.0.0.1", help="listen address (default loopback; others need a token)")
+        s.add_argument("--port", type=int, default=0, help="0 picks a free port")
+        s.add_argument("--token-file", help="file holding the bearer token (or set EDGEKIT_AGENT_TOKEN)")
+    for name in ("stop", "status"):
+        s = sub.add_parser(name)
+        s.add_argument("--root", default=DEFAULT_ROOT)
+    b = sub.add_parser("bench", help="one-shot benchmark of a bundle directory, no server")
+    b.add_argument("--bundle", required=True)
+    b.add_argument("--runs", type=int, default=100)
+    b.add_argument("--warmup", type=int, default=10)
+    b.add_argument("--threads", type=int)
+    b.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
+    b.add_argument("--json", action="store_true")
+    sub.add_parser("version")
+    args = p.parse_args(argv)
+
+    if args.cmd == "version":
+        from . import runners
+        from .bench import device_info
+
+        print(json.dumps({"agent_version": __version__, "api": API_VERSION, "device": device_info(),
+                          "runtimes": runners.runtimes()}))
+        return 0
+    if args.cmd == "bench":
+        from .bench import main_bench
+        from .runners import RunnerError, RuntimeMissing
+
+        try:
+            return main_bench(args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json)
+        except RuntimeMissing as e:
+            sys.stderr.write("error: %s\n" % e)
+            return 3
+        except (RunnerError, OSError, ValueError, KeyError) as e:
+            sys.stderr.write("error: %s\n" % e)
+            return 2
+    if args.cmd == "serve":
+        from .daemon import write_state
+        from .server import make_server
+
+        server = make_server(args.root, args.host, args.port, _token(args))
+        host, port = server.server_address[:2]
+        state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__,
+                 "root": server.agent.store.root, "auth": bool(server.agent.token)}
+        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        write_state(args.root, state)
+        sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))
+        sys.stderr.flush()
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return 0
+    if args.cmd in ("start", "stop", "status"):
+        from . import daemon
+
+        if args.cmd == "start":
+            result = daemon.start(args.root, args.host, args.port, args.token_file)
+        else:
+            result = getattr(daemon, args.cmd)(args.root)
+        print(json.dumps(result))
+        return 0
+    p.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

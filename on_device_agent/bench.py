@@ -1,0 +1,150 @@
+"""Benchmark a bundle where it runs: init, first inference, warm-up, timed runs, memory.
+
+Timings use ``time.perf_counter``; warm-up runs are excluded from the statistics;
+peak RSS is the process's high-water mark (``VmHWM``), so a benchmark runs in a fresh
+process (the one-shot ``bench`` command) to measure one model alone.
+"""
+
+import json
+import math
+import os
+import platform
+import socket
+import time
+
+
+def percentile(sorted_values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def stats(values_ms):
+    v = sorted(values_ms)
+    n = len(v)
+    mean = sum(v) / n
+    var = sum((x - mean) ** 2 for x in v) / (n - 1) if n > 1 else 0.0
+    return {
+        "p50": percentile(v, 50), "p90": percentile(v, 90), "p99": percentile(v, 99),
+        "mean": mean, "min": v[0], "max": v[-1], "stdev": math.sqrt(var),
+        "iqr": percentile(v, 75) - percentile(v, 25),
+    }
+
+
+def _proc_status(key):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def rss_mb():
+    return _proc_status("VmRSS")
+
+
+def peak_rss_mb():
+    peak = _proc_status("VmHWM")
+    if peak is None:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = peak / (1024.0 * 1024.0) if platform.system() == "Darwin" else peak / 1024.0
+    return peak
+
+
+def device_info():
+    return {
+        "hostname": socket.gethostname(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def load_inputs(bundle_dir, manifest):
+    """The bundle's real sample (``sample_inputs.npz``) if it has one, else random data."""
+    import numpy as np
+
+    path = os.path.join(bundle_dir, "sample_inputs.npz")
+    if os.path.isfile(path):
+        with np.load(path, allow_pickle=False) as z:
+            feeds = dict((k, z[k]) for k in z.files)
+        return feeds, bool(manifest.get("sample_inputs_synthetic", False))
+    rng = np.random.RandomState(0)
+    feeds = {}
+    for s in manifest["inputs"]:
+        shape = [d if isinstance(d, int) else 1 for d in s["shape"]]
+        feeds[s["name"]] = rng.standard_normal(shape).astype(s["dtype"]) if s["dtype"].startswith("float") \
+            else rng.randint(0, 10, shape).astype(s["dtype"])
+    return feeds, True
+
+
+def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
+    from . import runners
+
+    runner = runners.get(manifest["backend"])(bundle_dir, manifest, threads=threads, providers=providers)
+    feeds, synthetic = load_inputs(bundle_dir, manifest)
+    rss_before = rss_mb()
+    runner.load()
+    t0 = time.perf_counter()
+    runner.run(feeds)
+    first_ms = (time.perf_counter() - t0) * 1000.0
+    for _ in range(max(0, warmup)):
+        runner.run(feeds)
+    times = []
+    clock = time.perf_counter
+    for _ in range(max(1, runs)):
+        t0 = clock()
+        runner.run(feeds)
+        times.append((clock() - t0) * 1000.0)
+    report = {
+        "schema": "edgekit.bench-report",
+        "schema_version": 1,
+        "name": manifest.get("name"),
+        "bundle_id": manifest.get("id"),
+        "backend": manifest["backend"],
+        "precision": manifest.get("precision"),
+        "profile": manifest.get("profile"),
+        "init_ms": runner.load_ms,
+        "first_inference_ms": first_ms,
+        "warmup": warmup,
+        "runs": len(times),
+        "latency_ms": stats(times),
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_before_load_mb": rss_before,
+        "inputs_synthetic": synthetic,
+        "device": device_info(),
+        "measured_by": "edgekit-agent one-shot bench (fresh process)",
+    }
+    report.update(runner.describe())
+    if placement:
+        counts = runner.placement(feeds)
+        if counts:
+            report["placement"] = counts
+            report["accelerator"] = max(counts.items(), key=lambda kv: kv[1])[0]
+    runner.close()
+    return report
+
+
+def main_bench(bundle_dir, runs, warmup, threads, providers, as_json):
+    with open(os.path.join(bundle_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    report = run_bench(bundle_dir, manifest, runs, warmup, threads, providers)
+    if as_json:
+        print(json.dumps(report))
+    else:
+        lat = report["latency_ms"]
+        print("%s on %s (%s, %d threads): p50 %.3f ms, p90 %.3f, p99 %.3f, init %.1f ms, first %.2f ms, peak RSS %.1f MB"
+              % (report["name"], report["accelerator"], report["runtime_version"], report["threads"], lat["p50"],
+                 lat["p90"], lat["p99"], report["init_ms"], report["first_inference_ms"], report["peak_rss_mb"]))
+    return 0

@@ -1,0 +1,143 @@
+"""Start, stop and inspect a background agent server.
+
+``start`` launches ``serve`` in its own session (so it outlives the SSH/ADB
+connection that started it), waits until it answers, and prints its state as JSON:
+``{"pid", "host", "port", "version", "root", "auth"}``. The state lives in
+``ROOT/agent/state.json`` (written by the server once it is listening); the log in
+``ROOT/agent/agent.log``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import __version__
+
+
+def state_path(root):
+    return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "state.json")
+
+
+def log_path(root):
+    return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "agent.log")
+
+
+def write_state(root, state):
+    path = state_path(root)
+    d = os.path.dirname(path)
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    tmp = path + ".%d.tmp" % os.getpid()
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+def read_state(root):
+    try:
+        with open(state_path(root)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    # A zombie is not alive.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _healthy(state, timeout=2.0):
+    import http.client
+
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1" if state["host"] in ("0.0.0.0", "") else state["host"],
+                                          state["port"], timeout=timeout)
+        headers = {}
+        if state.get("auth"):
+            token = os.environ.get("EDGEKIT_AGENT_TOKEN")
+            if token:
+                headers["Authorization"] = "Bearer " + token
+        conn.request("GET", "/v1/health", headers=headers)
+        ok = conn.getresponse().status in (200, 401)
+        conn.close()
+        return ok
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def status(root):
+    state = read_state(root)
+    if state and alive(state.get("pid", -1)) and _healthy(state):
+        state["running"] = True
+        return state
+    return {"running": False, "root": os.path.abspath(os.path.expanduser(root))}
+
+
+def stop(root, timeout=10.0):
+    state = read_state(root)
+    if not state or not alive(state.get("pid", -1)):
+        return {"stopped": False, "reason": "not running"}
+    pid = state["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline and alive(pid):
+        time.sleep(0.05)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.unlink(state_path(root))
+    except OSError:
+        pass
+    return {"stopped": True, "pid": pid}
+
+
+def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0):
+    current = status(root)
+    if current.get("running"):
+        if current.get("version") == __version__ and current.get("host") == host and (not port or current.get("port") == port):
+            current["started"] = False
+            return current
+        stop(root)
+    from .server import self_command
+
+    cmd = self_command() + ["serve", "--root", root, "--host", host, "--port", str(port)]
+    if token_file:
+        cmd += ["--token-file", token_file]
+    log = log_path(root)
+    if not os.path.isdir(os.path.dirname(log)):
+        os.makedirs(os.path.dirname(log))
+    old = read_state(root)
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, close_fds=True,
+                                start_new_session=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = read_state(root)
+        if state and state != old and state.get("pid") == proc.pid and _healthy(state):
+            state["started"] = True
+            state["running"] = True
+            return state
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = ""
+    try:
+        with open(log, "rb") as f:
+            tail = f.read()[-2000:].decode("utf-8", "replace")
+    except OSError:
+        pass
+    if proc.poll() is None:
+        proc.kill()
+    sys.stderr.write("edgekit-agent did not start (exit %s); log %s:\n%s\n" % (proc.poll(), log, tail))
+    raise SystemExit(2)

@@ -1,0 +1,66 @@
+"""The runner interface (Python 3.7 syntax, no third-party imports at module level)."""
+
+import os
+
+
+class RunnerError(Exception):
+    status = 400
+
+
+class RuntimeMissing(RunnerError):
+    status = 501
+
+
+class Runner(object):
+    backend = None
+    runtime = None          # the import / pip name of the runtime
+    install_hint = ""
+
+    def __init__(self, bundle_dir, manifest, threads=None, providers=None):
+        self.bundle_dir = bundle_dir
+        self.manifest = manifest
+        self.threads = int(threads) if threads else (os.cpu_count() or 1)
+        self.requested = list(providers or manifest.get("runner", {}).get("providers") or [])
+        self.load_ms = None
+
+    @classmethod
+    def runtime_version(cls):
+        """The runtime's version if importable here, else None."""
+        raise NotImplementedError
+
+    def model_path(self):
+        return os.path.join(self.bundle_dir, self.manifest["model"])
+
+    def load(self):
+        raise NotImplementedError
+
+    def run(self, feeds):
+        """``{input: ndarray}`` -> ``{output: ndarray}``."""
+        raise NotImplementedError
+
+    def describe(self):
+        """What really runs: runtime, version, accelerator, requested vs active providers, threads."""
+        raise NotImplementedError
+
+    def placement(self):
+        """``{accelerator: nodes}`` measured from one profiled run, or None where unknown."""
+        return None
+
+    def close(self):
+        pass
+
+    # -- input checking shared by every runner --------------------------------
+    def check_feeds(self, feeds):
+        """Raise RunnerError (HTTP 400) for wrong names, dtypes or shapes."""
+        specs = dict((s["name"], s) for s in self.manifest["inputs"])
+        unknown = sorted(set(feeds) - set(specs))
+        missing = sorted(set(specs) - set(feeds))
+        if unknown or missing:
+            raise RunnerError("inputs do not match the model: expected %s, got %s" % (sorted(specs), sorted(feeds)))
+        for name, a in feeds.items():
+            s = specs[name]
+            if str(a.dtype) != s["dtype"]:
+                raise RunnerError("input %r has dtype %s; the model wants %s" % (name, a.dtype, s["dtype"]))
+            want = s["shape"]
+            if len(a.shape) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, a.shape)):
+                raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))

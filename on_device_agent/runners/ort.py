@@ -1,0 +1,105 @@
+"""ONNX Runtime runner: providers from the profile, filtered by what this build has."""
+
+import json
+import os
+import tempfile
+
+from .base import Runner, RuntimeMissing
+
+CPU = "CPUExecutionProvider"
+
+
+class OrtRunner(Runner):
+    backend = "ort"
+    runtime = "onnxruntime"
+    install_hint = "pip install onnxruntime (or onnxruntime-gpu / the vendor's build for this device)"
+
+    @classmethod
+    def runtime_version(cls):
+        try:
+            import onnxruntime
+        except ImportError:
+            return None
+        return onnxruntime.__version__
+
+    def _ort(self):
+        try:
+            import onnxruntime
+        except ImportError as e:
+            raise RuntimeMissing("onnxruntime is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+        return onnxruntime
+
+    def _session_options(self, ort, profile_prefix=None):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        if profile_prefix:
+            so.enable_profiling = True
+            so.profile_file_prefix = profile_prefix
+        return so
+
+    def _providers(self, ort):
+        available = ort.get_available_providers()
+        wanted = self.requested or [CPU]
+        use = [p for p in wanted if p in available]
+        if CPU not in use:
+            use.append(CPU)
+        self.fallback = [p for p in wanted if p not in available]
+        return use
+
+    def load(self):
+        import time
+
+        ort = self._ort()
+        self.providers = self._providers(ort)
+        t0 = time.perf_counter()
+        self.session = ort.InferenceSession(self.model_path(), sess_options=self._session_options(ort),
+                                            providers=self.providers)
+        self.load_ms = (time.perf_counter() - t0) * 1000.0
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.version = ort.__version__
+
+    def run(self, feeds):
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+
+    def describe(self):
+        active = self.session.get_providers()
+        info = {
+            "runtime": "onnxruntime",
+            "runtime_version": self.version,
+            "accelerators_requested": self.requested or [CPU],
+            "accelerators_active": active,
+            "accelerator": active[0],
+            "threads": self.threads,
+            "warnings": [],
+        }
+        for p in self.fallback:
+            info["warnings"].append("%s was requested but this onnxruntime build does not have it; it fell back to %s"
+                                    % (p, ", ".join(active)))
+        return info
+
+    def placement(self, feeds):
+        """Run once with ORT's profiler and count which provider executed each node."""
+        ort = self._ort()
+        tmp = tempfile.mkdtemp(prefix="edgekit-prof-")
+        try:
+            sess = ort.InferenceSession(self.model_path(), sess_options=self._session_options(ort, os.path.join(tmp, "p")),
+                                        providers=self.providers)
+            sess.run(None, feeds)
+            path = sess.end_profiling()
+            with open(path) as f:
+                events = json.load(f)
+        finally:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        nodes = {}
+        for e in events:
+            args = e.get("args") or {}
+            if e.get("cat") == "Node" and "provider" in args:
+                nodes[e["name"].rsplit("_kernel_time", 1)[0]] = args["provider"]
+        counts = {}
+        for provider in nodes.values():
+            counts[provider] = counts.get(provider, 0) + 1
+        return counts

@@ -1,0 +1,359 @@
+"""The agent's local HTTP API (documented in ``openapi.json`` beside this file).
+
+Listens on 127.0.0.1 unless told otherwise; on any other address it refuses to start
+without a token, and then every request must carry ``Authorization: Bearer TOKEN``.
+Every error is answered with a JSON ``{"error": message}`` and a 4xx/5xx status; no
+request can bring the server down.
+"""
+
+import hmac
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+except ImportError:  # pragma: no cover - Python < 3.7 is not supported
+    raise SystemExit("edgekit-agent needs Python 3.7 or newer")
+
+from . import API_VERSION, __version__, runners
+from .bench import device_info
+from .store import Store, StoreError, check_name
+
+MAX_JSON_BODY = 256 << 20
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class HTTPError(Exception):
+    def __init__(self, status, message):
+        Exception.__init__(self, message)
+        self.status = status
+
+
+def self_command():
+    """How to start this agent again in a child process (zipapp or installed package)."""
+    here = os.path.abspath(__file__)
+    marker = ".pyz" + os.sep
+    if marker in here:
+        return [sys.executable, here.split(marker)[0] + ".pyz"]
+    return [sys.executable, "-m", "edgekit_agent"]
+
+
+class LoadedModel(object):
+    def __init__(self, name, version, runner):
+        self.name, self.version, self.runner = name, version, runner
+        self.lock = threading.Lock()
+        self.requests = 0
+
+
+class Agent(object):
+    """State shared by all request threads."""
+
+    def __init__(self, root, token=None):
+        self.store = Store(root)
+        self.token = token
+        self.loaded = {}
+        self.lock = threading.Lock()
+        self.started = time.time()
+
+    def load(self, name, threads=None, providers=None):
+        version, bundle_dir, manifest = self.store.current(name)
+        runner_cls = runners.get(manifest["backend"])
+        runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
+        runner.load()
+        model = LoadedModel(name, version, runner)
+        with self.lock:
+            old = self.loaded.get(name)
+            self.loaded[name] = model
+        if old is not None:
+            old.runner.close()
+        return model
+
+    def get_loaded(self, name):
+        """The loaded model, (re)loaded if it is not loaded or a newer version was installed."""
+        version = self.store.current_version(check_name("model name", name))
+        with self.lock:
+            model = self.loaded.get(name)
+        if model is None or model.version != version:
+            model = self.load(name)
+        return model
+
+
+ROUTES = []
+
+
+def route(method, pattern):
+    def deco(fn):
+        ROUTES.append((method, re.compile("^" + pattern + "$"), fn))
+        return fn
+    return deco
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "edgekit-agent/" + __version__
+
+    def log_message(self, fmt, *args):  # quiet by default; errors go to the log below
+        if os.environ.get("EDGEKIT_AGENT_ACCESS_LOG"):
+            BaseHTTPRequestHandler.log_message(self, fmt, *args)
+
+    @property
+    def agent(self):
+        return self.server.agent
+
+    # -- plumbing -----------------------------------------------------------
+    def _send(self, status, body, content_type="application/json"):
+        if not isinstance(body, bytes):
+            body = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _length(self):
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            if self.command in ("POST", "PUT"):
+                raise HTTPError(411, "Content-Length is required")
+            return 0
+        try:
+            n = int(raw)
+        except ValueError:
+            raise HTTPError(400, "bad Content-Length")
+        if n < 0:
+            raise HTTPError(400, "bad Content-Length")
+        return n
+
+    def body(self):
+        n = self._length()
+        if n > MAX_JSON_BODY:
+            raise HTTPError(413, "body of %d bytes is larger than %d" % (n, MAX_JSON_BODY))
+        data = self.rfile.read(n) if n else b""
+        self._consumed = True
+        return data
+
+    def json_body(self):
+        data = self.body()
+        if not data:
+            return {}
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise HTTPError(400, "request body is not valid JSON: %s" % e)
+        if not isinstance(obj, dict):
+            raise HTTPError(400, "request body must be a JSON object")
+        return obj
+
+    def _authorized(self):
+        token = self.agent.token
+        if not token:
+            return True
+        given = self.headers.get("Authorization", "")
+        return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())
+
+    def _dispatch(self):
+        self._consumed = False
+        path = self.path.split("?", 1)[0]
+        try:
+            if not self._authorized():
+                raise HTTPError(401, "missing or wrong token: send 'Authorization: Bearer TOKEN'")
+            allowed = []
+            for method, pattern, fn in ROUTES:
+                m = pattern.match(path)
+                if m:
+                    if method == self.command:
+                        result = fn(self, *m.groups())
+                        if result is not None:
+                            self._send(200, result)
+                        return
+                    allowed.append(method)
+            if allowed:
+                raise HTTPError(405, "%s not allowed on %s (use %s)" % (self.command, path, ", ".join(allowed)))
+            raise HTTPError(404, "no such endpoint: %s %s (see /openapi.json)" % (self.command, path))
+        except HTTPError as e:
+            self._error(e.status, str(e))
+        except StoreError as e:
+            self._error(e.status, str(e))
+        except runners.RunnerError as e:
+            self._error(e.status, str(e))
+        except Exception as e:  # a bug or a runtime failure: answer 500, keep serving
+            import traceback
+
+            sys.stderr.write(traceback.format_exc())
+            self._error(500, "%s: %s" % (type(e).__name__, e))
+
+    def _error(self, status, message):
+        if not self._consumed and self.command in ("POST", "PUT"):
+            # Unread body: the connection cannot be reused safely.
+            self.close_connection = True
+        self._send(status, {"error": message, "status": status})
+
+    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+
+
+# -- endpoints ----------------------------------------------------------------
+@route("GET", "/v1/health")
+def health(h):
+    a = h.agent
+    return {
+        "status": "ok", "agent_version": __version__, "api": API_VERSION, "pid": os.getpid(),
+        "uptime_s": round(time.time() - a.started, 3), "root": a.store.root, "auth": bool(a.token),
+        "device": device_info(), "runtimes": runners.runtimes(), "models": a.store.names(),
+    }
+
+
+@route("GET", "/openapi.json")
+def openapi(h):
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import pkgutil
+
+        data = pkgutil.get_data("edgekit_agent", "openapi.json")
+    except OSError:
+        data = None
+    if data is None:
+        raise HTTPError(404, "openapi.json is not packaged with this agent (%s)" % here)
+    h._send(200, data)
+
+
+@route("GET", "/v1/models")
+def list_models(h):
+    a = h.agent
+    out = []
+    for name in a.store.names():
+        version, _, manifest = a.store.current(name)
+        loaded = a.loaded.get(name)
+        out.append({
+            "name": name, "version": version, "versions": a.store.versions(name),
+            "backend": manifest.get("backend"), "precision": manifest.get("precision"),
+            "profile": manifest.get("profile"), "inputs": manifest.get("inputs"), "outputs": manifest.get("outputs"),
+            "loaded": bool(loaded and loaded.version == version),
+        })
+    return {"models": out}
+
+
+@route("POST", "/v1/models/([^/]+)/load")
+def load_model(h, name):
+    body = h.json_body()
+    model = h.agent.load(name, threads=body.get("threads"), providers=body.get("providers"))
+    info = model.runner.describe()
+    info.update({"name": name, "version": model.version, "load_ms": model.runner.load_ms})
+    return info
+
+
+@route("POST", "/v1/models/([^/]+)/unload")
+def unload_model(h, name):
+    h.body()
+    with h.agent.lock:
+        model = h.agent.loaded.pop(name, None)
+    if model is None:
+        raise HTTPError(404, "model %r is not loaded" % name)
+    model.runner.close()
+    return {"name": name, "unloaded": True}
+
+
+@route("POST", "/v1/models/([^/]+)/infer")
+def infer(h, name):
+    from edgekit_sdk.wire import CONTENT_TYPE, WireError, decode_tensors, encode_tensors, tensors_from_json, \
+        tensors_to_json
+
+    t_arrive = time.perf_counter()
+    binary = h.headers.get("Content-Type", "").startswith(CONTENT_TYPE)
+    try:
+        if binary:
+            feeds, _ = decode_tensors(h.body())
+        else:
+            feeds = tensors_from_json(h.json_body().get("inputs"))
+    except WireError as e:
+        raise HTTPError(400, str(e))
+    model = h.agent.get_loaded(name)
+    model.runner.check_feeds(feeds)
+    with model.lock:
+        t0 = time.perf_counter()
+        outputs = model.runner.run(feeds)
+        t1 = time.perf_counter()
+        model.requests += 1
+    meta = {"model": name, "version": model.version, "inference_ms": (t1 - t0) * 1000.0,
+            "queue_ms": (t0 - t_arrive) * 1000.0}
+    if binary:
+        h._send(200, encode_tensors(outputs, meta), CONTENT_TYPE)
+        return None
+    meta["outputs"] = tensors_to_json(outputs)
+    return meta
+
+
+@route("POST", "/v1/models/([^/]+)/bench")
+def bench(h, name):
+    body = h.json_body()
+    version, bundle_dir, manifest = h.agent.store.current(name)
+    cmd = self_command() + ["bench", "--bundle", bundle_dir, "--json",
+                            "--runs", str(int(body.get("runs") or 100)), "--warmup", str(int(body.get("warmup") or 0))]
+    if body.get("threads"):
+        cmd += ["--threads", str(int(body["threads"]))]
+    for p in body.get("providers") or []:
+        cmd += ["--provider", str(p)]
+    timeout = float(body.get("timeout_s") or 600)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise HTTPError(504, "benchmark of %s did not finish within %.0f s" % (name, timeout))
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        status = 501 if proc.returncode == 3 else 500
+        raise HTTPError(status, "benchmark of %s failed: %s" % (name, err[-1] if err else "exit %d" % proc.returncode))
+    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+    report = json.loads(lines[-1])
+    report["version"] = version
+    return report
+
+
+@route("POST", "/v1/models/([^/]+)/rollback")
+def rollback(h, name):
+    h.body()
+    return h.agent.store.rollback(name)
+
+
+@route("POST", "/v1/bundles/([^/]+)/([^/]+)")
+def begin_upload(h, name, version):
+    return h.agent.store.begin(name, version, h.json_body())
+
+
+@route("PUT", "/v1/bundles/([^/]+)/([^/]+)/files/([^/]+)")
+def upload_file(h, name, version, filename):
+    n = h._length()
+    h._consumed = True  # the store reads the body, even when it refuses it midway the stream ends with it
+    try:
+        return h.agent.store.receive(name, version, filename, h.rfile, n)
+    except StoreError:
+        h.close_connection = True
+        raise
+
+
+@route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
+def commit(h, name, version):
+    h.body()
+    return h.agent.store.commit(name, version)
+
+
+class AgentServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(root, host="127.0.0.1", port=0, token=None):
+    if host not in LOOPBACK and not token:
+        raise SystemExit("refusing to listen on %s without a token: pass --token-file FILE (or set "
+                         "EDGEKIT_AGENT_TOKEN), or listen on 127.0.0.1 and reach the agent through SSH/ADB forwarding"
+                         % host)
+    if ":" in host:
+        import socket
+
+        AgentServer.address_family = socket.AF_INET6
+    server = AgentServer((host, port), Handler)
+    server.agent = Agent(root, token)
+    return server

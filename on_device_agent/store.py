@@ -1,0 +1,211 @@
+"""Bundles on the device: received file by file, verified, installed atomically.
+
+    ROOT/models/NAME/staging/VERSION/     files as they arrive (each verified on arrival)
+    ROOT/models/NAME/versions/VERSION/    complete, verified bundles
+    ROOT/models/NAME/current              symlink -> versions/VERSION (swapped with os.replace)
+
+A transfer that breaks off leaves only ``staging``: ``current`` keeps serving the
+previous version, and the next upload of the same version resumes (files already
+received and verified are not sent again).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+KEEP_VERSIONS = 3
+CHUNK = 1 << 16
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message, status=400):
+        Exception.__init__(self, message)
+        self.status = status
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_name(kind, value):
+    if not NAME_RE.match(value or ""):
+        raise StoreError("invalid %s %r: use letters, digits, '.', '_' and '-'" % (kind, value))
+    return value
+
+
+class Store(object):
+    def __init__(self, root):
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.models_dir = os.path.join(self.root, "models")
+        if not os.path.isdir(self.models_dir):
+            os.makedirs(self.models_dir)
+        self._lock = threading.RLock()
+
+    def _model_dir(self, name):
+        return os.path.join(self.models_dir, check_name("model name", name))
+
+    # -- upload -------------------------------------------------------------
+    def begin(self, name, version, manifest):
+        """Start (or resume) an upload. Returns the files still needed."""
+        check_name("version", version)
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+            raise StoreError("manifest must be an object with a 'files' list")
+        for f in manifest["files"]:
+            if not isinstance(f, dict) or not {"name", "size", "sha256"} <= set(f):
+                raise StoreError("each manifest file needs name, size and sha256")
+            check_name("file name", f["name"])
+        if manifest.get("id") and manifest["id"] != version:
+            raise StoreError("manifest id %r does not match version %r" % (manifest.get("id"), version))
+        with self._lock:
+            final = os.path.join(self._model_dir(name), "versions", version)
+            if os.path.isdir(final):
+                return {"installed": True, "missing": []}
+            staging = os.path.join(self._model_dir(name), "staging", version)
+            if not os.path.isdir(staging):
+                os.makedirs(staging)
+            with open(os.path.join(staging, "manifest.json.part"), "w") as f:
+                json.dump(manifest, f)
+            os.replace(os.path.join(staging, "manifest.json.part"), os.path.join(staging, "manifest.json"))
+            missing = []
+            for entry in manifest["files"]:
+                p = os.path.join(staging, entry["name"])
+                if not (os.path.isfile(p) and os.path.getsize(p) == entry["size"] and sha256_file(p) == entry["sha256"]):
+                    missing.append(entry["name"])
+            return {"installed": False, "missing": missing}
+
+    def _staged_manifest(self, name, version):
+        staging = os.path.join(self._model_dir(name), "staging", check_name("version", version))
+        mf = os.path.join(staging, "manifest.json")
+        if not os.path.isfile(mf):
+            raise StoreError("no upload of %s version %s in progress: POST the manifest first" % (name, version), 409)
+        with open(mf) as f:
+            return staging, json.load(f)
+
+    def receive(self, name, version, filename, stream, length):
+        """Stream ``length`` bytes into staging, verifying size and sha256 against the manifest."""
+        staging, manifest = self._staged_manifest(name, version)
+        entry = None
+        for f in manifest["files"]:
+            if f["name"] == filename:
+                entry = f
+        if entry is None:
+            raise StoreError("file %r is not in the manifest of %s %s" % (filename, name, version), 404)
+        if length != entry["size"]:
+            raise StoreError("file %r: %d bytes sent, manifest says %d" % (filename, length, entry["size"]))
+        part = os.path.join(staging, filename + ".part")
+        h = hashlib.sha256()
+        remaining = length
+        with open(part, "wb") as out:
+            while remaining > 0:
+                block = stream.read(min(CHUNK, remaining))
+                if not block:
+                    break
+                h.update(block)
+                out.write(block)
+                remaining -= len(block)
+        if remaining:
+            os.unlink(part)
+            raise StoreError("file %r: connection closed after %d of %d bytes" % (filename, length - remaining, length))
+        if h.hexdigest() != entry["sha256"]:
+            os.unlink(part)
+            raise StoreError("file %r: sha256 %s does not match the manifest's %s; the file was altered or corrupted "
+                             "in transit and was discarded" % (filename, h.hexdigest(), entry["sha256"]), 422)
+        os.replace(part, os.path.join(staging, filename))
+        return {"file": filename, "verified": True}
+
+    def commit(self, name, version):
+        """Verify every staged file again, move the bundle into place, switch ``current``."""
+        with self._lock:
+            model_dir = self._model_dir(name)
+            final = os.path.join(model_dir, "versions", version)
+            if not os.path.isdir(final):
+                staging, manifest = self._staged_manifest(name, version)
+                for entry in manifest["files"]:
+                    p = os.path.join(staging, entry["name"])
+                    if not os.path.isfile(p):
+                        raise StoreError("cannot commit %s %s: %s was never received" % (name, version, entry["name"]), 409)
+                    if sha256_file(p) != entry["sha256"]:
+                        raise StoreError("cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422)
+                if not os.path.isdir(os.path.dirname(final)):
+                    os.makedirs(os.path.dirname(final))
+                os.rename(staging, final)
+            previous = self.current_version(name)
+            self._point_current(name, version)
+            self._prune(name, keep=(version, previous))
+            return {"name": name, "version": version, "previous": previous}
+
+    def _point_current(self, name, version):
+        model_dir = self._model_dir(name)
+        tmp = os.path.join(model_dir, ".current.tmp")
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(os.path.join("versions", version), tmp)
+        os.replace(tmp, os.path.join(model_dir, "current"))
+        with open(os.path.join(model_dir, "history"), "a") as f:
+            f.write(version + "\n")
+
+    def _prune(self, name, keep):
+        versions_dir = os.path.join(self._model_dir(name), "versions")
+        history = self.history(name)
+        order = [v for v in reversed(history) if v in os.listdir(versions_dir)]
+        kept = set(k for k in keep if k)
+        for v in order:
+            if len(kept) >= KEEP_VERSIONS:
+                break
+            kept.add(v)
+        for v in os.listdir(versions_dir):
+            if v not in kept:
+                shutil.rmtree(os.path.join(versions_dir, v), ignore_errors=True)
+
+    # -- queries ------------------------------------------------------------
+    def history(self, name):
+        p = os.path.join(self._model_dir(name), "history")
+        if not os.path.isfile(p):
+            return []
+        with open(p) as f:
+            return [l.strip() for l in f if l.strip()]
+
+    def current_version(self, name):
+        link = os.path.join(self._model_dir(name), "current")
+        if not os.path.islink(link):
+            return None
+        return os.path.basename(os.readlink(link))
+
+    def current(self, name):
+        """``(version, directory, manifest)`` of what the model serves now; StoreError 404 if none."""
+        version = self.current_version(name)
+        if version is None:
+            known = ", ".join(self.names()) or "none"
+            raise StoreError("unknown model %r (installed: %s); deploy it first" % (name, known), 404)
+        d = os.path.join(self._model_dir(name), "versions", version)
+        with open(os.path.join(d, "manifest.json")) as f:
+            return version, d, json.load(f)
+
+    def names(self):
+        return sorted(n for n in os.listdir(self.models_dir) if os.path.islink(os.path.join(self.models_dir, n, "current")))
+
+    def versions(self, name):
+        d = os.path.join(self._model_dir(name), "versions")
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+    def rollback(self, name):
+        with self._lock:
+            current = self.current_version(name)
+            if current is None:
+                raise StoreError("unknown model %r" % name, 404)
+            available = set(self.versions(name))
+            for v in reversed(self.history(name)):
+                if v != current and v in available:
+                    self._point_current(name, v)
+                    return {"name": name, "version": v, "previous": current}
+            raise StoreError("model %r has no earlier version kept to roll back to" % name, 409)

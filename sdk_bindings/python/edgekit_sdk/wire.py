@@ -1,0 +1,98 @@
+"""The binary tensor encoding of the agent's API (``application/x-edgekit-tensors``).
+
+    b"EKT1" | uint32 little-endian header length | header (UTF-8 JSON) | payload
+
+The header is ``{"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}], ...}``;
+offsets count from the start of the payload; data is C-order, little-endian. Any other
+keys in the header (timings, for example) travel as metadata.
+"""
+
+import json
+import struct
+
+CONTENT_TYPE = "application/x-edgekit-tensors"
+MAGIC = b"EKT1"
+DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64", "bool")
+
+
+class WireError(ValueError):
+    pass
+
+
+def encode_tensors(tensors, meta=None):
+    """``{name: ndarray}`` -> bytes."""
+    import numpy as np
+
+    entries, chunks, offset = [], [], 0
+    for name, array in tensors.items():
+        a = np.ascontiguousarray(array)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        data = a.tobytes()
+        entries.append({"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "offset": offset, "nbytes": len(data)})
+        chunks.append(data)
+        offset += len(data)
+    header = dict(meta or {})
+    header["tensors"] = entries
+    raw = json.dumps(header).encode("utf-8")
+    return MAGIC + struct.pack("<I", len(raw)) + raw + b"".join(chunks)
+
+
+def decode_tensors(body):
+    """bytes -> ``({name: ndarray}, header)``; raises WireError on malformed input."""
+    import numpy as np
+
+    if len(body) < 8 or body[:4] != MAGIC:
+        raise WireError("body is not edgekit tensors (missing EKT1 magic)")
+    (hlen,) = struct.unpack("<I", body[4:8])
+    if 8 + hlen > len(body):
+        raise WireError("header length exceeds the body")
+    try:
+        header = json.loads(body[8:8 + hlen].decode("utf-8"))
+        entries = header["tensors"]
+    except (ValueError, KeyError, TypeError):
+        raise WireError("tensor header is not valid JSON with a 'tensors' list")
+    payload = memoryview(body)[8 + hlen:]
+    out = {}
+    for e in entries:
+        try:
+            name, dtype, shape = e["name"], e["dtype"], [int(d) for d in e["shape"]]
+            offset, nbytes = int(e["offset"]), int(e["nbytes"])
+        except (KeyError, TypeError, ValueError):
+            raise WireError("tensor entry needs name, dtype, shape, offset, nbytes")
+        if dtype not in DTYPES:
+            raise WireError("tensor %r: unsupported dtype %r" % (name, dtype))
+        count = 1
+        for d in shape:
+            if d < 0:
+                raise WireError("tensor %r: negative dimension" % name)
+            count *= d
+        if count * np.dtype(dtype).itemsize != nbytes or offset < 0 or offset + nbytes > len(payload):
+            raise WireError("tensor %r: shape %s and dtype %s do not match its %d bytes" % (name, shape, dtype, nbytes))
+        out[name] = np.frombuffer(payload[offset:offset + nbytes], dtype=dtype).reshape(shape).copy()
+    return out, header
+
+
+def tensors_from_json(obj):
+    """``{"x": {"dtype", "shape", "data"}}`` (or a bare nested list, taken as float32) -> arrays."""
+    import numpy as np
+
+    out = {}
+    if not isinstance(obj, dict):
+        raise WireError("'inputs' must be an object mapping input names to tensors")
+    for name, t in obj.items():
+        try:
+            if isinstance(t, dict):
+                a = np.asarray(t["data"], dtype=t.get("dtype", "float32"))
+                if "shape" in t:
+                    a = a.reshape([int(d) for d in t["shape"]])
+            else:
+                a = np.asarray(t, dtype="float32")
+        except (KeyError, TypeError, ValueError) as e:
+            raise WireError("input %r: cannot build a tensor from the JSON (%s)" % (name, e))
+        out[name] = a
+    return out
+
+
+def tensors_to_json(tensors):
+    return {n: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tolist()} for n, a in tensors.items()}

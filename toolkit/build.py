@@ -1,0 +1,177 @@
+"""``edgekit build``: reference model + profile -> verified bundle.
+
+    load profile -> read + shape-fix model -> load data -> cache lookup
+      -> backend.build (each step checked against the reference)
+      -> manifest + report -> atomic rename into OUTDIR -> cache store
+"""
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from . import __version__, cache, fidelity
+from . import bundle as bundle_mod
+from . import converters, profiles
+from .data import load_dataset, save_samples, synthetic_dataset
+from .errors import ProfileError
+from .model import load_model, parse_input_shapes
+from .report import SCHEMA_VERSION, build_text
+
+FIDELITY_SAMPLES = 400
+CALIB_SAMPLES = 256
+
+
+def build(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
+          input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
+          allow_degraded=False, use_cache=True, log=None):
+    """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
+
+    ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
+    Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
+    ``output`` is then left as it was.
+    """
+    log = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
+    be = converters.get(backend)
+    be.ensure_available()
+    if isinstance(input_shapes, (list, tuple)):
+        input_shapes = parse_input_shapes(input_shapes)
+    if backend not in prof.data["runtimes"]["ranked"]:
+        raise ProfileError(f"profile {prof.name} does not run backend {backend!r}; it runs: {', '.join(prof.data['runtimes']['ranked'])}")
+
+    src = load_model(model, input_shapes)
+    calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
+    val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
+    fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
+
+    if precision in (None, "auto"):
+        precision = be.default_precision(prof, calib_ds is not None)
+    if precision not in be.precisions:
+        raise ProfileError(f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}")
+    thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop)
+    bundle_name = name or Path(model).stem
+
+    cache_key = cache.key({
+        "edgekit": __version__, "runtime": be.runtime_version(), "source": src.sha256,
+        "shapes": {s.name: s.shape for s in src.inputs}, "profile": prof.data, "backend": backend,
+        "precision": precision, "calib": cache.path_digest(calib), "val": cache.path_digest(val),
+        "preprocess": preprocess, "thresholds": thresholds.to_dict(), "allow_degraded": allow_degraded,
+        "name": bundle_name,
+    })
+    output = Path(output)
+    hit = cache.lookup(cache_key) if use_cache else None
+    if hit:
+        log(f"unchanged inputs: reusing cached build {cache_key[:12]}")
+        staged = bundle_mod.staging_dir(output)
+        shutil.rmtree(staged)
+        shutil.copytree(hit, staged)
+        report = json.loads((staged / bundle_mod.REPORT_JSON).read_text())
+        report["cache"] = {"hit": True, "key": cache_key}
+        report["build_seconds"] = round(time.perf_counter() - t0, 3)
+        report["output"] = str(output)
+        bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
+        (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+        bundle_mod.replace_dir(staged, output)
+        return report
+
+    work = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+    try:
+        reference_path = src.save(work / "reference.onnx")
+        log(f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
+            f"{'synthetic' if fid_ds.synthetic else 'real'} samples")
+        reference_outputs = be.predict(reference_path, fid_ds.samples)
+        steps = []
+
+        def check(step, model_path):
+            outputs = be.predict(model_path, fid_ds.samples)
+            record = fidelity.check_step(step, reference_outputs, outputs, fid_ds.labels, thresholds, allow_degraded)
+            steps.append(record)
+            log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
+            return record
+
+        ctx = converters.BuildContext(source=src, reference_path=reference_path, profile=prof, precision=precision,
+                                      calib=calib_ds, workdir=work, check=check, log=log)
+        log(f"building {backend} {precision} for {prof.name}")
+        result = be.build(ctx)
+
+        staged = bundle_mod.staging_dir(output)
+        try:
+            model_name = "model" + result.model_file.suffix
+            shutil.copyfile(result.model_file, staged / model_name)
+            files = [bundle_mod.file_entry(staged / model_name, model_name, "model")]
+            for path, role in result.extra_files:
+                fname = {"required_operators": "required_operators.config"}.get(role, Path(path).name)
+                shutil.copyfile(path, staged / fname)
+                files.append(bundle_mod.file_entry(staged / fname, fname, role))
+            save_samples(fid_ds, staged / "sample_inputs.npz")
+            files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
+
+            manifest = {
+                "schema_version": bundle_mod.MANIFEST_SCHEMA_VERSION,
+                "name": bundle_name,
+                "backend": backend,
+                "precision": precision,
+                "profile": prof.name,
+                "format": result.format,
+                "model": model_name,
+                "files": files,
+                "inputs": [s.to_dict() for s in src.inputs],
+                "outputs": [s.to_dict() for s in src.outputs],
+                "source": {"file": src.path.name, "sha256": src.sha256, "opset": src.opset},
+                "toolkit": {"name": "edgekit", "version": __version__},
+                "runtime": {"name": result.runtime, "version": result.runtime_version},
+                "runner": result.runner_options,
+                "ops": result.ops,
+                "sample_inputs_synthetic": fid_ds.synthetic,
+            }
+            manifest["id"] = bundle_mod.bundle_id(manifest)
+            bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)
+
+            degraded = any(not s["passed"] for s in steps)
+            report = {
+                "schema": "edgekit.build-report",
+                "schema_version": SCHEMA_VERSION,
+                "bundle_id": manifest["id"],
+                "name": bundle_name,
+                "backend": backend,
+                "precision": precision,
+                "profile": prof.name,
+                "format": result.format,
+                "runtime": manifest["runtime"],
+                "source": manifest["source"],
+                "inputs": manifest["inputs"],
+                "outputs": manifest["outputs"],
+                "files": [dict(f, size_kb=round(f["size"] / 1024, 1)) for f in files],
+                "model_size_bytes": files[0]["size"],
+                "source_size_bytes": src.path.stat().st_size,
+                "fidelity": {
+                    "data": fid_ds.describe(),
+                    "calibration": calib_ds.describe() if calib_ds else None,
+                    "thresholds": thresholds.to_dict(),
+                    "passed": not degraded,
+                    "degraded_allowed": bool(degraded and allow_degraded),
+                    "steps": steps,
+                },
+                "ops": result.ops,
+                "warnings": list(result.warnings) + (
+                    ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
+                    if fid_ds.synthetic else []),
+                **result.sections,
+                "cache": {"hit": False, "key": cache_key},
+                "build_seconds": round(time.perf_counter() - t0, 3),
+                "output": str(output),
+            }
+            bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
+            (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        if use_cache:
+            cache.store(cache_key, staged)
+        bundle_mod.replace_dir(staged, output)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,95 @@
+"""Bundles: the directory a build writes and a deploy ships.
+
+    OUTDIR/
+      manifest.json      what the agent verifies: files with size and sha256, inputs and
+                         outputs, backend, precision, profile, versions, operator set
+      model.onnx|.ort    the model the runner loads (name in manifest["model"])
+      required_operators.config, sample_inputs.npz, ...
+      report.json        the build report (schema: edgekit.report)
+      report.txt         the same, for people
+
+A bundle is written to a temporary sibling directory and renamed into place, so a
+failed build never leaves a half-written OUTDIR and never damages a previous one.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from .errors import BundleError
+from .model import file_sha256
+
+MANIFEST_SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+REPORT_JSON = "report.json"
+REPORT_TXT = "report.txt"
+
+
+def file_entry(path, name, role):
+    path = Path(path)
+    return {"name": name, "role": role, "size": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def bundle_id(manifest):
+    """Content id: same files, same target -> same id (the version the device installs)."""
+    key = {
+        "files": sorted((f["name"], f["sha256"]) for f in manifest["files"]),
+        "backend": manifest["backend"], "precision": manifest["precision"], "profile": manifest["profile"],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def write_json(path, data):
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def replace_dir(staged, target):
+    """Move a finished directory onto ``target``; an existing target is swapped out, then removed."""
+    staged, target = Path(staged), Path(target)
+    old = None
+    if target.exists():
+        if not (target / MANIFEST).exists() and any(target.iterdir()):
+            raise BundleError(f"{target} exists and is not an edgekit bundle; choose another -o directory or remove it")
+        old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, old)
+    os.replace(staged, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir(target):
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    staged.chmod(0o755)
+    return staged
+
+
+def load(path):
+    """Read and verify a bundle: every manifest file present with its size and sha256."""
+    path = Path(path)
+    mf = path / MANIFEST
+    if not mf.is_file():
+        raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST}); build one with `edgekit build MODEL --profile P -o {path}`")
+    try:
+        manifest = json.loads(mf.read_text())
+    except ValueError as e:
+        raise BundleError(f"{mf} is not valid JSON ({e}); rebuild the bundle") from None
+    if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
+        raise BundleError(f"{mf} has schema_version {manifest.get('schema_version')!r}; this edgekit reads {MANIFEST_SCHEMA_VERSION}: rebuild the bundle")
+    for f in manifest["files"]:
+        fp = path / f["name"]
+        if not fp.is_file():
+            raise BundleError(f"bundle {path} is missing {f['name']}; rebuild it")
+        if fp.stat().st_size != f["size"] or file_sha256(fp) != f["sha256"]:
+            raise BundleError(f"bundle file {fp} does not match its sha256 in the manifest (modified or corrupt); rebuild the bundle")
+    return manifest
+
+
+def load_report(path):
+    rp = Path(path) / REPORT_JSON
+    return json.loads(rp.read_text()) if rp.is_file() else None

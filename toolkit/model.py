@@ -1,0 +1,209 @@
+"""Model intake: read an ONNX file, refuse what is not one, fix dynamic dimensions.
+
+A :class:`SourceModel` is the reference every later step is checked against: the
+user's model with its dynamic dimensions fixed (from ``--input-shape``, else batch 1).
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .errors import ModelError
+
+ONNX_TO_NUMPY = {
+    TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.DOUBLE: "float64",
+    TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.INT16: "int16",
+    TensorProto.UINT16: "uint16", TensorProto.INT32: "int32", TensorProto.INT64: "int64",
+    TensorProto.BOOL: "bool",
+}
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: list  # ints, or strings for dimensions that stay dynamic
+    dtype: str
+    layout: str = None
+
+    def to_dict(self):
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "layout": self.layout}
+
+    @property
+    def static(self):
+        return all(isinstance(d, int) for d in self.shape)
+
+
+def guess_layout(shape):
+    """NCHW/NHWC for image-like 4-D tensors, else None (we never guess beyond that)."""
+    if len(shape) != 4:
+        return None
+    c_first, c_last = shape[1], shape[3]
+    if isinstance(c_first, int) and c_first in (1, 2, 3, 4) and not (isinstance(c_last, int) and c_last in (1, 2, 3, 4)):
+        return "NCHW"
+    if isinstance(c_last, int) and c_last in (1, 2, 3, 4) and not (isinstance(c_first, int) and c_first in (1, 2, 3, 4)):
+        return "NHWC"
+    return None
+
+
+def _specs(values):
+    out = []
+    for v in values:
+        t = v.type.tensor_type
+        dims = []
+        for i, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(d.dim_param or f"dim{i}")
+        dtype = ONNX_TO_NUMPY.get(t.elem_type, onnx.TensorProto.DataType.Name(t.elem_type).lower())
+        out.append(TensorSpec(v.name, dims, dtype, guess_layout(dims)))
+    return out
+
+
+def parse_input_shapes(items):
+    """``["x=1,3,48,192", ...]`` -> ``{"x": [1, 3, 48, 192]}``."""
+    shapes = {}
+    for item in items or ():
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",")]
+            if any(d <= 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise ModelError(f"bad --input-shape {item!r}: expected NAME=D1,D2,... with positive integers, e.g. x=1,3,224,224") from None
+    return shapes
+
+
+@dataclass
+class SourceModel:
+    path: Path
+    sha256: str
+    proto: onnx.ModelProto
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+    @property
+    def opset(self):
+        return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
+
+    def serialized(self):
+        return self.proto.SerializeToString()
+
+    def save(self, path):
+        onnx.save(self.proto, str(path))
+        return Path(path)
+
+
+def file_sha256(path, chunk=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_model(path, input_shapes=None):
+    """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    if path.suffix.lower() not in (".onnx",):
+        raise ModelError(f"{path} is not an ONNX model (.onnx expected); export your model to ONNX first (torch.onnx.export, tf2onnx, paddle2onnx)")
+    raw = path.read_bytes()
+    try:
+        proto = onnx.load_from_string(raw)
+    except Exception as e:  # protobuf raises DecodeError and friends, with no common base
+        raise ModelError(f"{path} is not a valid ONNX file (cannot parse the protobuf: {e}); the file may be truncated or corrupt, re-export or re-download it") from None
+    if not proto.graph.node:
+        raise ModelError(f"{path} is not a valid ONNX model: it has no graph nodes (is it an ONNX file at all?)")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ModelError(f"{path} failed the ONNX checker: {first}") from None
+    initializers = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    shapes = dict(input_shapes or {})
+    unknown = set(shapes) - {i.name for i in graph_inputs}
+    if unknown:
+        raise ModelError(f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}")
+    for inp in graph_inputs:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in shapes:
+            want = shapes[inp.name]
+            if len(want) != len(dims):
+                raise ModelError(f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(dims)}")
+            for d, w in zip(dims, want):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
+                    raise ModelError(f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's fixed shape {[x.dim_value for x in dims]}")
+                d.Clear()
+                d.dim_value = w
+        else:
+            missing = [i for i, d in enumerate(dims) if not (d.HasField("dim_value") and d.dim_value > 0)]
+            if missing == [0]:
+                dims[0].Clear()
+                dims[0].dim_value = 1  # dynamic batch: build for batch 1
+            elif missing:
+                shown = ",".join(
+                    ("1" if i == 0 else f"<{d.dim_param or 'dim%d' % i}>") if i in missing else str(d.dim_value)
+                    for i, d in enumerate(dims))
+                raise ModelError(
+                    f"input {inp.name!r} has dynamic dimensions at positions {missing} (shape [{shown}]); "
+                    f"this build needs static shapes: pass --input-shape {inp.name}={shown} with numbers filled in"
+                )
+    # Clear stale output/value_info shapes and infer them again from the fixed inputs.
+    del proto.graph.value_info[:]
+    for out in proto.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception as e:
+        raise ModelError(f"shape inference failed on {path} with the given input shapes: {e}") from None
+    model = SourceModel(path=path, sha256=hashlib.sha256(raw).hexdigest(), proto=proto)
+    model.inputs = _specs([i for i in proto.graph.input if i.name not in initializers])
+    model.outputs = _specs(proto.graph.output)
+    return model
+
+
+def operator_set(proto):
+    """Operators a model uses: ``[{"domain", "op", "count"}]``, sorted, subgraphs included."""
+    counts = {}
+
+    def walk(graph):
+        for node in graph.node:
+            key = (node.domain or "ai.onnx", node.op_type)
+            counts[key] = counts.get(key, 0) + 1
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(proto.graph)
+    return [{"domain": d, "op": o, "count": c} for (d, o), c in sorted(counts.items())]
+
+
+def random_inputs(specs, n, seed=0):
+    """Synthetic samples for when the user gives no data: normal floats, small ints."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n):
+        feed = {}
+        for s in specs:
+            shape = [d if isinstance(d, int) else 1 for d in s.shape]
+            if s.dtype.startswith("float"):
+                feed[s.name] = rng.standard_normal(shape).astype(s.dtype)
+            elif s.dtype == "bool":
+                feed[s.name] = rng.integers(0, 2, shape).astype(bool)
+            else:
+                feed[s.name] = rng.integers(0, 10, shape).astype(s.dtype)
+        samples.append(feed)
+    return samples

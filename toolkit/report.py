@@ -1,0 +1,81 @@
+"""Reports: the JSON schema version and the text renderings of build and bench reports.
+
+The JSON shapes are described in ``report_schema.json`` (package data, versioned by
+``SCHEMA_VERSION``); every backend fills the same fields.
+"""
+
+import json
+from importlib import resources
+
+SCHEMA_VERSION = 1
+
+
+def schema():
+    return json.loads(resources.files("edgekit").joinpath("report_schema.json").read_text())
+
+
+def _kb(n):
+    return f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MB"
+
+
+def build_text(r):
+    from .fidelity import summary
+
+    lines = [
+        f"edgekit build report: {r['name']} for {r['profile']}",
+        f"  backend    {r['backend']} ({r['runtime']['name']} {r['runtime']['version']}), format {r['format']}, precision {r['precision']}",
+        f"  bundle id  {r['bundle_id']}",
+        f"  size       {_kb(r['model_size_bytes'])} (source {_kb(r['source_size_bytes'])})",
+        "  files:",
+    ]
+    lines += [f"    {f['name']:<28} {_kb(f['size']):>10}  sha256 {f['sha256'][:16]}..." for f in r["files"]]
+    fid = r["fidelity"]
+    lines.append(f"  fidelity on {fid['data']['samples']} samples from {fid['data']['source']}: "
+                 f"{'PASSED' if fid['passed'] else 'DEGRADED (allowed)' if fid['degraded_allowed'] else 'FAILED'}")
+    for s in fid["steps"]:
+        lines.append(f"    {s['step']}: {summary(s)}")
+        lines += [f"      ! {f}" for f in s["failures"]]
+    ops = r.get("ops", [])
+    lines.append(f"  operators ({sum(o['count'] for o in ops)} nodes, {len(ops)} types): "
+                 + ", ".join(f"{o['op']}x{o['count']}" for o in ops))
+    usability = r.get("mobile_usability") or {}
+    for ep, u in usability.items():
+        if "error" in u:
+            lines.append(f"  {ep} check: {u['error']}")
+        else:
+            extra = f", unsupported: {', '.join(u['unsupported_ops'])}" if u["unsupported_ops"] else ""
+            lines.append(f"  {ep} check: {u['supported_nodes']}/{u['nodes']} nodes in {u['partitions']} partition(s), "
+                         f"suitability {u['suitability']}{extra}")
+    req = r.get("required_operators")
+    if req:
+        lines.append(f"  minimal build: {req['file']} ({len(req['config'])} line(s)); {req['use']}")
+    for w in r.get("warnings", []):
+        lines.append(f"  warning: {w}")
+    lines.append(f"  built in {r['build_seconds']:.2f} s{' (cache hit)' if r['cache']['hit'] else ''} -> {r['output']}")
+    return "\n".join(lines) + "\n"
+
+
+def bench_text(r):
+    lat = r["latency_ms"]
+    dev = r.get("device", {})
+    lines = [
+        f"edgekit bench: {r['name']} ({r['bundle_id']}) on {dev.get('hostname', '?')} "
+        f"[{dev.get('machine', '?')}, {dev.get('system', '?')}, python {dev.get('python', '?')}]",
+        f"  profile      {r['profile']}   backend {r['backend']} {r['runtime_version']}   precision {r['precision']}",
+        f"  accelerator  {r['accelerator']}   (requested: {', '.join(r.get('accelerators_requested', []))})",
+    ]
+    placement = r.get("placement") or {}
+    if placement:
+        lines.append("  placement    " + ", ".join(f"{k}: {v} nodes" for k, v in placement.items()))
+    lines += [
+        f"  threads      {r['threads']}",
+        f"  init         {r['init_ms']:.2f} ms   first inference {r['first_inference_ms']:.2f} ms",
+        f"  warm-up      {r['warmup']} runs (not counted)",
+        f"  latency      p50 {lat['p50']:.3f} ms  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}  "
+        f"(min {lat['min']:.3f}, max {lat['max']:.3f}, mean {lat['mean']:.3f} ± {lat['stdev']:.3f}) over {r['runs']} runs",
+        f"  peak RSS     {r['peak_rss_mb']:.1f} MB",
+        f"  inputs       {'synthetic random' if r.get('inputs_synthetic') else 'real sample from the build data'}",
+    ]
+    for w in r.get("warnings", []):
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines) + "\n"

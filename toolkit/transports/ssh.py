@@ -1,0 +1,200 @@
+"""SSH transport (paramiko): ~/.ssh/config, known_hosts verification, key auth, SFTP,
+and the agent's API reached through an SSH-forwarded port, never through the network.
+"""
+
+import os
+import select
+import shlex
+import socket
+import threading
+from pathlib import Path
+
+from ..errors import BackendUnavailable, TransportError
+from .base import CommandResult, Transport
+
+
+def parse_target(target):
+    """``[user@]host[:port]`` -> (user, host, port)."""
+    user = None
+    if "@" in target:
+        user, target = target.rsplit("@", 1)
+    port = None
+    if target.startswith("["):  # [ipv6]:port
+        host, _, rest = target[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif target.count(":") == 1:
+        host, p = target.split(":")
+        port = int(p)
+    else:
+        host = target
+    if not host:
+        raise TransportError(f"bad SSH target {target!r}: use [USER@]HOST[:PORT]")
+    return user, host, port
+
+
+class _Forwarder:
+    """A loopback listener on the host; each connection becomes a direct-tcpip channel."""
+
+    def __init__(self, transport, remote_port):
+        self.transport = transport
+        self.remote_port = remote_port
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True, name=f"ssh-forward-{self.port}").start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, addr = self.sock.accept()
+            except OSError:
+                return
+            try:
+                chan = self.transport.open_channel("direct-tcpip", ("127.0.0.1", self.remote_port), addr)
+            except Exception:  # paramiko raises ChannelException/SSHException/EOFError when the link is gone
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, chan), daemon=True).start()
+
+    @staticmethod
+    def _pump(client, chan):
+        try:
+            while True:
+                r, _, _ = select.select([client, chan], [], [], 1.0)
+                if client in r:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    chan.sendall(data)
+                if chan in r:
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    client.sendall(data)
+                if chan.closed or not chan.get_transport().is_active():
+                    break
+        except (OSError, EOFError):
+            pass
+        finally:
+            chan.close()
+            try:
+                client.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            client.close()
+
+    def close(self):
+        self.closed = True
+        self.sock.close()
+
+
+class SSHTransport(Transport):
+    name = "ssh"
+
+    def __init__(self, target, key_file=None, ssh_config=None, known_hosts=None, timeout=15.0):
+        try:
+            import paramiko
+        except ImportError:
+            raise BackendUnavailable("the SSH transport needs paramiko: pip install 'edgekit[ssh]'") from None
+        self._paramiko = paramiko
+        user, host, port = parse_target(target)
+        cfg = {}
+        config_path = Path(ssh_config or os.path.expanduser("~/.ssh/config"))
+        if config_path.is_file():
+            conf = paramiko.SSHConfig.from_path(str(config_path))
+            cfg = conf.lookup(host)
+        self.host = cfg.get("hostname", host)
+        self.port = port or int(cfg.get("port", 22))
+        self.user = user or cfg.get("user") or os.environ.get("USER") or "root"
+        self.description = f"ssh {self.user}@{self.host}:{self.port}"
+        keys = [key_file] if key_file else [os.path.expanduser(k) for k in cfg.get("identityfile", [])]
+        client = paramiko.SSHClient()
+        client.load_system_host_keys()
+        for kh in ([known_hosts] if known_hosts else []) + [os.path.expanduser(p) for p in cfg.get("userknownhostsfile", "").split()]:
+            if kh and os.path.isfile(kh):
+                client.load_host_keys(kh)
+        strict = str(cfg.get("stricthostkeychecking", "yes")).lower()
+        if strict in ("no", "off", "accept-new"):
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(self.host, self.port, username=self.user, key_filename=keys or None, timeout=timeout,
+                           banner_timeout=timeout, auth_timeout=timeout, allow_agent=True, look_for_keys=not keys)
+        except paramiko.BadHostKeyException as e:
+            raise TransportError(
+                f"{self.description}: the host key does not match known_hosts (expected {e.expected_key.get_base64()[:20]}..., "
+                f"got {e.key.get_base64()[:20]}...). The device was reinstalled, or someone is in the middle. "
+                "Verify it, then update known_hosts (ssh-keygen -R HOST).") from None
+        except paramiko.AuthenticationException as e:
+            raise TransportError(f"{self.description}: authentication failed ({e}); install your public key on the device "
+                                 "(ssh-copy-id) or pass --ssh-key") from None
+        except paramiko.SSHException as e:
+            if "not found in known_hosts" in str(e):
+                raise TransportError(
+                    f"{self.description}: the host key is not in known_hosts, so the device cannot be verified. "
+                    f"Check its fingerprint, then add it: ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts "
+                    "(or connect once with ssh).") from None
+            raise TransportError(f"{self.description}: SSH error: {e}") from None
+        except OSError as e:
+            raise TransportError(f"cannot connect to {self.description}: {e.strerror or e}") from None
+        self.client = client
+        self._sftp = None
+        self._forwards = []
+
+    def _check(self):
+        t = self.client.get_transport()
+        if t is None or not t.is_active():
+            raise TransportError(f"the connection to {self.description} was lost")
+        return t
+
+    def run(self, argv, timeout=120):
+        self._check()
+        cmd = " ".join(shlex.quote(str(a)) for a in argv)
+        try:
+            _, stdout, stderr = self.client.exec_command(cmd, timeout=timeout)
+            out = stdout.read().decode("utf-8", "replace")
+            err = stderr.read().decode("utf-8", "replace")
+            rc = stdout.channel.recv_exit_status()
+        except (self._paramiko.SSHException, EOFError, OSError, socket.timeout) as e:
+            raise TransportError(f"lost {self.description} while running {argv[0]}: {e}") from None
+        return CommandResult(rc, out, err)
+
+    def sftp(self):
+        if self._sftp is None:
+            self._check()
+            self._sftp = self.client.open_sftp()
+        return self._sftp
+
+    def put_file(self, local, remote, progress=None):
+        part = remote + ".part"
+        name = os.path.basename(remote)
+        try:
+            sftp = self.sftp()
+            parent = os.path.dirname(remote)
+            self.run(["mkdir", "-p", parent])
+            cb = (lambda done, total: progress(name, done, total)) if progress else None
+            sftp.put(str(local), part, callback=cb)
+            sftp.posix_rename(part, remote)
+        except (self._paramiko.SSHException, EOFError, OSError) as e:
+            raise TransportError(f"upload of {name} to {self.description} failed: {e}") from None
+
+    def forward(self, remote_port):
+        fw = _Forwarder(self._check(), remote_port)
+        self._forwards.append(fw)
+        return fw.port
+
+    def close(self):
+        for fw in self._forwards:
+            fw.close()
+        self._forwards = []
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:  # the link may be gone already
+                pass
+        self.client.close()
