@@ -185,17 +185,40 @@ class OrtBackend(Backend):
                 "(arrays named like the model's inputs, ~100 samples), or use --precision fp32/fp16")
         pre = work / "model.pre.onnx"
         out = work / "model.int8.onnx"
+        source = self._ensure_opset(ctx, 13, work)
         try:
             with _quiet():
-                quant_pre_process(str(ctx.reference_path), str(pre))
+                # Shapes are static by now, so ONNX's own shape inference suffices; ORT's symbolic
+                # inference asserts on some real models (PP-OCR's Concat) and needs sympy.
+                quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
                 quantize_static(
                     str(pre), str(out), _Reader(ctx.calib), quant_format=QuantFormat.QDQ, per_channel=True,
                     reduce_range=reduce_range, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax,
                 )
         except Exception as e:  # ORT raises bare Exceptions with its own messages
-            raise ConversionError(f"ONNX Runtime static quantization failed: {e}") from e
+            raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
         return out
+
+    def _ensure_opset(self, ctx, minimum, work):
+        """Per-channel QDQ needs DequantizeLinear's axis (opset 13): upgrade older models, checked."""
+        import onnx
+        from onnx import version_converter
+
+        from edgekit.errors import ConversionError
+
+        current = ctx.source.opset.get("ai.onnx", minimum)
+        if current >= minimum:
+            return ctx.reference_path
+        try:
+            upgraded = version_converter.convert_version(onnx.load(str(ctx.reference_path)), minimum)
+        except Exception as e:  # the converter raises RuntimeError/ValueError/ConvertError
+            raise ConversionError(f"cannot upgrade the model from opset {current} to {minimum} for int8 "
+                                  f"quantization: {e}; re-export the model with opset >= {minimum}") from e
+        path = work / f"model.opset{minimum}.onnx"
+        onnx.save(upgraded, str(path))
+        ctx.check(f"opset upgrade {current} -> {minimum}", path)
+        return path
 
     def _int8_dynamic(self, src, dst):
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -206,7 +229,7 @@ class OrtBackend(Backend):
             with _quiet():
                 quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
         except Exception as e:
-            raise ConversionError(f"ONNX Runtime dynamic quantization failed: {e}") from e
+            raise ConversionError(f"ONNX Runtime dynamic quantization failed: {type(e).__name__}: {e}") from e
         return dst
 
     def _to_ort_format(self, onnx_path, outdir, target_platform):

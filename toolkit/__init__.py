@@ -18,7 +18,7 @@ from .errors import (  # noqa: E402
 
 from . import profiles  # noqa: E402
 
-_LAZY = {"build": "build", "deploy": "deploy", "bench": "deploy", "connect": "transports", "doctor": "doctor"}
+_LAZY = {"build": "builder", "deploy": "deployer", "bench": "deployer", "connect": "transports", "doctor": "diagnostics"}
 
 
 def __getattr__(name):

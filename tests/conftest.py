@@ -1,0 +1,103 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+PPOCR = EXAMPLES / "ppocr_mobile_v2_cls.onnx"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(EXAMPLES))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Builds and agents of the test run live in a temporary cache, never the user's."""
+    d = tmp_path_factory.mktemp("edgekit-cache")
+    old = os.environ.get("EDGEKIT_CACHE_DIR")
+    os.environ["EDGEKIT_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("EDGEKIT_CACHE_DIR", None)
+    else:
+        os.environ["EDGEKIT_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    from models import tiny_cnn
+
+    return tiny_cnn(tmp_path_factory.mktemp("models") / "tiny_cnn.onnx")
+
+
+@pytest.fixture(scope="session")
+def tiny_calib(tmp_path_factory):
+    from models import tiny_calib
+
+    return tiny_calib(tmp_path_factory.mktemp("data") / "tiny_calib.npz")
+
+
+@pytest.fixture(scope="session")
+def textlines(tmp_path_factory):
+    """Rendered, labelled text lines for the PP-OCR orientation classifier."""
+    import numpy as np
+    from textlines import make_textlines
+
+    x, labels = make_textlines(n=200, seed=0)
+    path = tmp_path_factory.mktemp("data") / "textlines.npz"
+    np.savez(path, x=x, labels=labels)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory, tiny_model, tiny_calib):
+    import edgekit
+
+    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    edgekit.build(tiny_model, "host", out, precision="fp32", calib=tiny_calib)
+    return out
+
+
+def stop_agent(python, root):
+    pyz = Path(root) / "agent" / "edgekit-agent.pyz"
+    if pyz.exists():
+        subprocess.run([python, str(pyz), "stop", "--root", str(root)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def local_device(tmp_path):
+    from edgekit.deploy import open_device
+
+    root = tmp_path / "device"
+    dev = open_device("local", device_root=str(root))
+    yield dev
+    dev.close()
+    stop_agent(sys.executable, root)
+
+
+@pytest.fixture(scope="session")
+def sshd():
+    from sshd import ThrowawaySSHD
+
+    with ThrowawaySSHD() as server:
+        yield server
+
+
+def run_cli(*args, check=None, env=None):
+    """Run the real `edgekit` command in a subprocess."""
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, env=e,
+                       timeout=600)
+    if check is not None:
+        assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def one_json(stdout):
+    return json.loads(stdout)

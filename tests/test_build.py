@@ -1,0 +1,128 @@
+import json
+import time
+
+import numpy as np
+import pytest
+
+import edgekit
+from edgekit import bundle
+from edgekit.errors import BundleError, DataError, FidelityError, ProfileError
+
+from conftest import PPOCR
+
+
+def _manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_fp32_bundle_for_host(tmp_path, tiny_model, tiny_calib):
+    out = tmp_path / "b"
+    r = edgekit.build(tiny_model, "host", out, precision="fp32", calib=tiny_calib)
+    m = bundle.load(out)  # verifies every file's sha256
+    assert m["backend"] == "ort" and m["precision"] == "fp32" and m["profile"] == "host"
+    assert m["format"] == "onnx" and m["model"] == "model.onnx"
+    assert m["inputs"] == [{"name": "input", "shape": [1, 3, 16, 16], "dtype": "float32", "layout": "NCHW"}]
+    assert {f["role"] for f in m["files"]} == {"model", "required_operators", "sample_inputs"}
+    assert m["source"]["sha256"] and m["runtime"]["name"] == "onnxruntime"
+    assert {o["op"] for o in m["ops"]} >= {"Conv", "Relu", "Gemm", "Softmax"}
+    # the report: fidelity measured on the real calibration samples
+    fid = r["fidelity"]
+    assert fid["passed"] and fid["data"]["samples"] == 32 and not fid["data"]["synthetic"]
+    step = fid["steps"][0]["outputs"]["probs"]
+    assert step["max_abs"] == 0 and step["cosine_min"] == pytest.approx(1.0) and step["top1_agreement"] == 1.0
+    assert "ai.onnx;17;" in r["required_operators"]["config"][0]
+    assert (out / "report.txt").read_text().startswith("edgekit build report")
+
+
+def test_ort_format_for_arm_profile(tmp_path, tiny_model, tiny_calib):
+    out = tmp_path / "pi"
+    r = edgekit.build(tiny_model, "raspberrypi5", out, precision="fp32", calib=tiny_calib)
+    assert r["format"] == "ort" and (out / "model.ort").exists()
+    assert [s["step"] for s in r["fidelity"]["steps"]] == ["fp32 (shapes fixed)", "ORT format (optimized for arm)"]
+    assert r["ort_format"]["target_platform"] == "arm"
+    assert set(r["mobile_usability"]) == {"NNAPI", "CoreML MLProgram"}
+
+
+def test_int8_static_on_ppocr_with_rendered_text(tmp_path, textlines):
+    out = tmp_path / "int8"
+    r = edgekit.build(PPOCR, "raspberrypi5", out, precision="int8", calib=textlines, input_shapes=["x=1,3,48,192"])
+    steps = r["fidelity"]["steps"]
+    assert [s["step"].split(" (")[0] for s in steps] == ["opset upgrade 11 -> 13", "int8 static quantization", "ORT format"]
+    m = steps[-1]["outputs"]["save_infer_model/scale_0.tmp_1"]
+    assert m["accuracy_reference"] > 85.0          # the FP32 model really classifies the rendered lines
+    assert m["accuracy"] >= m["accuracy_reference"] - 2.0
+    assert m["top1_agreement"] >= 0.95
+    assert r["quantization"]["format"] == "QDQ" and r["quantization"]["per_channel"]
+    assert r["model_size_bytes"] < 0.6 * r["source_size_bytes"]
+    ops = {o["op"] for o in r["ops"]}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_auto_precision_follows_the_profile(tmp_path, tiny_model, tiny_calib):
+    assert edgekit.build(tiny_model, "host", tmp_path / "a", calib=tiny_calib)["precision"] == "int8"
+    assert edgekit.build(tiny_model, "host", tmp_path / "b")["precision"] == "fp32"
+
+
+def test_int8_without_calibration_is_refused(tmp_path, tiny_model):
+    with pytest.raises(DataError, match="--calib"):
+        edgekit.build(tiny_model, "host", tmp_path / "x", precision="int8")
+    assert not (tmp_path / "x").exists()
+
+
+def test_fp16_and_dynamic_warn_honestly(tmp_path, tiny_model, tiny_calib):
+    r = edgekit.build(tiny_model, "host", tmp_path / "h", precision="fp16", calib=tiny_calib)
+    assert r["fidelity"]["passed"] and any("fp16" in w for w in r["warnings"])
+    r = edgekit.build(tiny_model, "host", tmp_path / "d", precision="int8-dynamic", calib=tiny_calib)
+    assert any("ConvInteger" in w for w in r["warnings"])
+
+
+def test_unchanged_rebuild_hits_the_cache(tmp_path, tiny_model, tiny_calib):
+    r1 = edgekit.build(tiny_model, "host", tmp_path / "c1", precision="int8", calib=tiny_calib, name="cached")
+    r2 = edgekit.build(tiny_model, "host", tmp_path / "c2", precision="int8", calib=tiny_calib, name="cached")
+    assert not r1["cache"]["hit"] and r2["cache"]["hit"]
+    assert r1["bundle_id"] == r2["bundle_id"]
+    bundle.load(tmp_path / "c2")
+
+
+def test_failed_fidelity_writes_nothing_and_keeps_the_old_bundle(tmp_path, tiny_model, tiny_calib):
+    out = tmp_path / "keep"
+    edgekit.build(tiny_model, "host", out, precision="fp32", calib=tiny_calib)
+    before = (out / "manifest.json").read_text()
+    with pytest.raises(FidelityError, match="cosine similarity") as e:
+        edgekit.build(tiny_model, "host", out, precision="int8", calib=tiny_calib, min_cosine=0.9999999)
+    assert "--allow-degraded" in str(e.value)
+    assert (out / "manifest.json").read_text() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".keep")]
+    r = edgekit.build(tiny_model, "host", out, precision="int8", calib=tiny_calib, min_cosine=0.9999999,
+                      allow_degraded=True)
+    assert not r["fidelity"]["passed"] and r["fidelity"]["degraded_allowed"]
+
+
+def test_garbage_outputs_fail_fidelity(tmp_path, tiny_model, tiny_calib):
+    """A runtime that returns garbage (NaN) must never pass."""
+    from edgekit.fidelity import check_step, thresholds_for
+
+    ref = [{"y": np.ones((1, 4), np.float32)}]
+    bad = [{"y": np.array([[np.nan, 1, 1, 1]], np.float32)}]
+    with pytest.raises(FidelityError, match="NaN"):
+        check_step("x", ref, bad, None, thresholds_for("int8"))
+    huge = [{"y": np.full((1, 4), 8e24, np.float32)}]
+    rec = check_step("x", ref, huge, None, thresholds_for("int8"), allow_degraded=True)
+    assert rec["outputs"]["y"]["max_abs"] > 1e24
+
+
+def test_tampered_bundle_is_detected(tmp_path, tiny_bundle):
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(tiny_bundle, copy)
+    data = bytearray((copy / "model.onnx").read_bytes())
+    data[-10] ^= 0xFF
+    (copy / "model.onnx").write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        bundle.load(copy)
+
+
+def test_backend_not_in_profile(tmp_path, tiny_model):
+    with pytest.raises(ProfileError):
+        edgekit.build(tiny_model, "host", tmp_path / "x", precision="bf16")

@@ -1,0 +1,244 @@
+"""The ``edgekit`` command: a thin layer over the Python API.
+
+Library errors (:class:`edgekit.errors.EdgekitError`) become one ``error:`` line on
+stderr and a non-zero exit here, and nowhere else. ``--json`` prints exactly one JSON
+object on stdout; progress goes to stderr.
+"""
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .errors import EdgekitError, FidelityError
+
+
+def _err(msg):
+    sys.stderr.write(msg.rstrip() + "\n")
+
+
+def _emit(args, data, text_fn):
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        sys.stdout.write(text_fn(data))
+
+
+# -- profiles -------------------------------------------------------------------
+def cmd_profiles(args):
+    from . import profiles
+
+    if args.action == "show":
+        if not args.name:
+            raise EdgekitError("usage: edgekit profiles show NAME")
+        p = profiles.load(args.name)
+        if args.json:
+            _emit(args, p.to_dict(), None)
+        else:
+            import pprint
+
+            sys.stdout.write(f"# {p.name} ({p.source})\n{pprint.pformat(p.data, sort_dicts=False, width=110)}\n")
+        return 0
+    items = profiles.load_all()
+    rows = [{"name": p.name, "description": p.data["description"], "arch": p.arch, "os": p.os_family,
+             "runtimes": p.data["runtimes"]["ranked"], "transport": p.data["agent"]["transport"],
+             "accelerators": [a["name"] for a in p.data["accelerators"]]} for p in items]
+    if args.json:
+        _emit(args, {"profiles": rows}, None)
+    else:
+        for r in rows:
+            sys.stdout.write(f"{r['name']:<18} {r['arch']:<8} {r['os']:<8} {r['transport']:<6} {r['description']}\n")
+    return 0
+
+
+# -- build ----------------------------------------------------------------------
+def cmd_build(args):
+    from .builder import build
+    from .report import build_text
+
+    log = (lambda m: None) if args.quiet else (lambda m: _err(m))
+    try:
+        report = build(args.model, args.profile, args.output, backend=args.backend, precision=args.precision,
+                       calib=args.calib, val=args.val, preprocess=args.preprocess, input_shapes=args.input_shape,
+                       name=args.name, min_cosine=args.min_cosine, min_top1=args.min_top1,
+                       max_accuracy_drop=args.max_accuracy_drop, allow_degraded=args.allow_degraded,
+                       use_cache=not args.no_cache, log=log)
+    except FidelityError as e:
+        if args.json and e.report:
+            _emit(args, {"error": str(e), "fidelity_step": e.report}, None)
+        raise
+    _emit(args, report, build_text)
+    return 0
+
+
+# -- deploy / bench / agent -----------------------------------------------------
+def _device(args, profile=None):
+    from .deployer import open_device
+
+    kind, target = ("ssh", args.ssh) if args.ssh else ("local", None)
+    opts = {}
+    if kind == "ssh":
+        opts = {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts}
+    return open_device(kind, target, profile=profile, device_python=args.device_python, device_root=args.device_root, **opts)
+
+
+def _progress(args):
+    if args.json or args.quiet or not sys.stderr.isatty():
+        return None
+    def show(name, done, total):
+        pct = 100 * done // max(total, 1)
+        sys.stderr.write(f"\r  uploading {name}: {pct:3d}% ({done}/{total} bytes)")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
+
+
+def cmd_deploy(args):
+    from . import bundle as bundle_mod
+    from .deployer import deploy
+    from .report import bench_text
+
+    manifest = bundle_mod.load(args.bundle)
+    log = (lambda m: None) if args.quiet else (lambda m: _err(m))
+    with _device(args, manifest["profile"]) as dev:
+        report = deploy(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
+                        providers=args.provider, progress=_progress(args), log=log)
+    _emit(args, report, bench_text)
+    return 0
+
+
+def cmd_bench(args):
+    from . import bundle as bundle_mod
+    from .deployer import bench
+    from .report import bench_text
+
+    manifest = bundle_mod.load(args.bundle)
+    with _device(args, manifest["profile"]) as dev:
+        report = bench(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
+                       providers=args.provider)
+    _emit(args, report, bench_text)
+    return 0
+
+
+def cmd_agent(args):
+    with _device(args) as dev:
+        dev.probe()
+        remote = f"{dev.root}/agent/edgekit-agent.pyz"
+        if args.action == "start":
+            state = dev.ensure_agent()
+            state.pop("health", None)
+            result = state
+        else:
+            r = dev.transport.run([dev.python, remote, args.action, "--root", dev.root])
+            if not r.ok:
+                raise EdgekitError(f"agent {args.action} failed on {dev.transport.description}: "
+                                   f"{(r.stderr or r.stdout).strip()[-400:] or 'agent not installed'}")
+            result = json.loads(r.stdout.strip().splitlines()[-1])
+    _emit(args, result, lambda d: json.dumps(d, indent=2) + "\n")
+    return 0
+
+
+def cmd_doctor(args):
+    from .diagnostics import doctor, doctor_text
+
+    d = doctor()
+    _emit(args, d, doctor_text)
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------
+def _device_options(p):
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="this machine is the device (default)")
+    where.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="a device reached over SSH")
+    p.add_argument("--ssh-key", help="private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)")
+    p.add_argument("--ssh-config", help="ssh client config file (default ~/.ssh/config)")
+    p.add_argument("--known-hosts", help="extra known_hosts file to verify the device's host key against")
+    p.add_argument("--device-python", help="Python on the device that runs the agent (default: the profile's)")
+    p.add_argument("--device-root", help="agent directory on the device (default: the profile's)")
+
+
+def _bench_options(p):
+    p.add_argument("--runs", type=int, default=100, help="timed runs (default 100)")
+    p.add_argument("--warmup", type=int, default=10, help="warm-up runs, not counted (default 10)")
+    p.add_argument("--threads", type=int, help="inference threads (default: the profile's performance cores)")
+    p.add_argument("--provider", action="append", help="accelerator to request, best first (default: the profile's)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true")
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="edgekit", description="Build, shrink, deploy and benchmark models on your own edge devices.")
+    p.add_argument("--version", action="version", version=f"edgekit {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("profiles", help="list device profiles, or show one")
+    s.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    s.add_argument("name", nargs="?")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_profiles)
+
+    s = sub.add_parser("build", help="convert and shrink a model for a device profile into a bundle")
+    s.add_argument("model", help="ONNX model file")
+    s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
+    s.add_argument("-o", "--output", required=True, help="bundle directory to write")
+    s.add_argument("--backend", default="ort", help="runtime to build for (default ort)")
+    s.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8", "int8-dynamic"],
+                   help="auto: what the profile runs fast (int8 needs --calib)")
+    s.add_argument("--calib", help="calibration data: .npz/.npy, or a folder of images (with --preprocess)")
+    s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
+    s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
+    s.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="fix an input's shape (repeatable)")
+    s.add_argument("--name", help="model name on the device (default: the model file's stem)")
+    s.add_argument("--min-cosine", type=float, help="fidelity threshold: minimum cosine similarity")
+    s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
+    s.add_argument("--max-accuracy-drop", type=float, help="fidelity threshold: accuracy points (with labels)")
+    s.add_argument("--allow-degraded", action="store_true", help="write the bundle even if fidelity fails (marked)")
+    s.add_argument("--no-cache", action="store_true", help="convert again even if the inputs are unchanged")
+    s.add_argument("--json", action="store_true", help="print the build report as one JSON object")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("deploy", help="install a bundle (and the agent) on a device, benchmark it there")
+    s.add_argument("bundle")
+    _device_options(s)
+    _bench_options(s)
+    s.set_defaults(func=cmd_deploy)
+
+    s = sub.add_parser("bench", help="benchmark a bundle already deployed on a device")
+    s.add_argument("bundle")
+    _device_options(s)
+    _bench_options(s)
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("agent", help="start, stop or show the agent on a device")
+    s.add_argument("action", choices=["start", "stop", "status"])
+    _device_options(s)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_agent)
+
+    s = sub.add_parser("doctor", help="which backends and transports work here, and why not")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_doctor)
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if not getattr(args, "func", None):
+        p.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except EdgekitError as e:
+        _err(f"error: {e}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

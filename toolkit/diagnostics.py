@@ -1,0 +1,69 @@
+"""``edgekit doctor``: which backends and transports work here, and why not."""
+
+import shutil
+import sys
+
+
+def doctor():
+    from . import __version__, converters, profiles
+
+    backends = {}
+    for name, be in sorted(converters.BACKENDS.items()):
+        ok, detail = be.availability()
+        backends[name] = {"ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
+                          "precisions": list(be.precisions)}
+    try:
+        import onnxconverter_common  # noqa: F401
+
+        fp16 = {"ok": True, "detail": "onnxconverter-common installed"}
+    except ImportError:
+        fp16 = {"ok": False, "detail": "fp16 builds need onnxconverter-common: pip install 'edgekit[fp16]'"}
+    backends.setdefault("ort", {})["fp16"] = fp16
+    transports = {"local": {"ok": True, "detail": f"agent runs with {sys.executable}"}}
+    try:
+        import paramiko
+
+        transports["ssh"] = {"ok": True, "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts"}
+    except ImportError:
+        transports["ssh"] = {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
+    problems = []
+    try:
+        host = profiles.detect_host()
+        host_info = {"arch": host.arch, "isa": host.data["cpu"]["isa"], "cores": host.data["cpu"]["cores"],
+                     "ort_providers": host.backend("ort").get("providers")}
+    except Exception as e:  # report, don't crash: doctor must always answer
+        host_info = {"error": str(e)}
+        problems.append(f"host detection failed: {e}")
+    bad_profiles = []
+    for n in profiles.names():
+        try:
+            profiles.load(n)
+        except Exception as e:
+            bad_profiles.append({"name": n, "error": str(e)})
+    return {
+        "edgekit": __version__,
+        "python": sys.version.split()[0],
+        "host": host_info,
+        "backends": backends,
+        "transports": transports,
+        "profiles": {"count": len(profiles.names()), "invalid": bad_profiles},
+        "tools": {"ssh-keyscan": shutil.which("ssh-keyscan")},
+        "ok": all(b["ok"] for b in backends.values()) and not bad_profiles and not problems,
+    }
+
+
+def doctor_text(d):
+    lines = [f"edgekit {d['edgekit']} on Python {d['python']}"]
+    h = d["host"]
+    if "error" not in h:
+        lines.append(f"host: {h['arch']}, {h['cores']} cores, ISA {', '.join(h['isa']) or '-'}; ORT providers: {', '.join(h['ort_providers'] or [])}")
+    lines.append("backends:")
+    for name, b in d["backends"].items():
+        lines.append(f"  {'ok ' if b['ok'] else 'NO '} {name:<10} {b['detail']}")
+        if "fp16" in b:
+            lines.append(f"  {'ok ' if b['fp16']['ok'] else 'NO '} {'':<10} {b['fp16']['detail']}")
+    lines.append("transports:")
+    for name, t in d["transports"].items():
+        lines.append(f"  {'ok ' if t['ok'] else 'NO '} {name:<10} {t['detail']}")
+    lines.append(f"profiles: {d['profiles']['count']}" + (f", INVALID: {d['profiles']['invalid']}" if d["profiles"]["invalid"] else ""))
+    return "\n".join(lines) + "\n"
