@@ -90,9 +90,15 @@ def load_inputs(bundle_dir, manifest):
 
 
 def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
+    import sys
+
     from . import runners
 
-    runner = runners.get(manifest["backend"])(bundle_dir, manifest, threads=threads, providers=providers)
+    runner_cls = runners.get(manifest["backend"])
+    if runner_cls.runtime_version() is None:
+        raise runners.RuntimeMissing("%s is not installed for this device's Python (%s): %s"
+                                     % (runner_cls.runtime, sys.executable, runner_cls.install_hint))
+    runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
     feeds, synthetic = load_inputs(bundle_dir, manifest)
     rss_before = rss_mb()
     runner.load()

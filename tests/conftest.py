@@ -59,7 +59,7 @@ def tiny_bundle(tmp_path_factory, tiny_model, tiny_calib):
     import edgekit
 
     out = tmp_path_factory.mktemp("bundles") / "tiny"
-    edgekit.build(tiny_model, "host", out, precision="fp32", calib=tiny_calib)
+    edgekit.build(tiny_model, "host", out, precision="fp32", calib=tiny_calib, name="tiny")
     return out
 
 
@@ -71,7 +71,7 @@ def stop_agent(python, root):
 
 @pytest.fixture
 def local_device(tmp_path):
-    from edgekit.deploy import open_device
+    from edgekit.deployer import open_device
 
     root = tmp_path / "device"
     dev = open_device("local", device_root=str(root))

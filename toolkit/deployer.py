@@ -98,6 +98,8 @@ class Device:
         port = self.transport.forward(self.state["port"])
         from edgekit_sdk import AgentClient
 
+        if self.client is not None:
+            self.client.close()
         self.client = AgentClient("127.0.0.1", port, timeout=120)
         health = self.call("checking the agent", self.client.health)
         self.state["health"] = health
