@@ -1,0 +1,94 @@
+"""The `edgekit` command, run for real in subprocesses."""
+
+import json
+import sys
+
+import pytest
+
+from edgekit.cli import parser
+
+from conftest import PPOCR, one_json, run_cli, stop_agent
+
+
+def test_every_command_has_help():
+    p = parser()
+    sub = next(a for a in p._actions if a.dest == "command")
+    for name, sp in sub.choices.items():
+        assert sp.description or sub._name_parser_map[name].format_help()
+        assert any(c.dest == name for c in sub._choices_actions), f"{name} has no help line"
+        assert run_cli(name, "--help", check=0).stdout.startswith("usage:")
+
+
+def test_profiles_list_and_show():
+    rows = one_json(run_cli("profiles", "--json", check=0).stdout)["profiles"]
+    assert "raspberrypi5" in {r["name"] for r in rows}
+    pi = one_json(run_cli("profiles", "show", "raspberrypi5", "--json", check=0).stdout)
+    assert pi["cpu"]["arch"] == "aarch64" and "dotprod" in pi["cpu"]["isa"]
+    assert "Raspberry Pi 5" in run_cli("profiles", "show", "raspberrypi5", check=0).stdout
+
+
+def test_unknown_profile_exit_code_and_message(tiny_model, tmp_path):
+    p = run_cli("build", tiny_model, "--profile", "nokia3310", "-o", tmp_path / "o")
+    assert p.returncode == 1 and p.stderr.startswith("error: unknown device profile 'nokia3310'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_corrupt_model_exit_code_and_message(tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x08\x07garbage" * 50)
+    p = run_cli("build", bad, "--profile", "host", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "error:" in p.stderr and "broken.onnx" in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_build_json_is_one_object_and_stdout_is_clean(tmp_path, textlines):
+    p = run_cli("build", PPOCR, "--profile", "raspberrypi5", "--precision", "int8", "--calib", textlines,
+                "--input-shape", "x=1,3,48,192", "-o", tmp_path / "out", "--json", check=0)
+    r = json.loads(p.stdout)  # the whole stdout parses: nothing else printed there
+    for key in ("backend", "precision", "profile", "files", "fidelity", "ops"):
+        assert key in r
+    assert r["precision"] == "int8" and r["format"] == "ort"
+    assert {f["name"] for f in r["files"]} >= {"model.ort", "required_operators.config"}
+
+
+def test_fidelity_failure_exit_code(tmp_path, tiny_model, tiny_calib):
+    p = run_cli("build", tiny_model, "--profile", "host", "--precision", "int8", "--calib", tiny_calib,
+                "--min-cosine", "0.99999999", "-o", tmp_path / "o")
+    assert p.returncode == 3 and "fidelity check failed" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_deploy_local_json_and_table(tiny_bundle, tmp_path):
+    root = tmp_path / "dev"
+    try:
+        p = run_cli("deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json",
+                    check=0)
+        r = one_json(p.stdout)
+        for key in ("backend", "precision", "accelerator", "threads", "runtime_version", "init_ms",
+                    "first_inference_ms", "latency_ms", "runs", "peak_rss_mb", "device", "profile"):
+            assert key in r, key
+        assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
+        text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
+        assert "latency      p50" in text and "CPUExecutionProvider" in text
+        status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
+        assert status["running"] and status["host"] == "127.0.0.1"
+    finally:
+        stop_agent(sys.executable, root)
+
+
+def test_bench_of_a_bundle_not_deployed(tiny_bundle, tmp_path):
+    root = tmp_path / "empty-dev"
+    try:
+        p = run_cli("bench", tiny_bundle, "--local", "--device-root", root)
+        assert p.returncode == 5 and "run `edgekit deploy" in p.stderr
+    finally:
+        stop_agent(sys.executable, root)
+
+
+def test_doctor():
+    d = one_json(run_cli("doctor", "--json", check=0).stdout)
+    assert d["backends"]["ort"]["ok"] and d["transports"]["ssh"]["ok"]
+
+
+def test_python_m_edgekit_version():
+    assert run_cli("--version", check=0).stdout.startswith("edgekit ")

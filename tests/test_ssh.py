@@ -1,0 +1,91 @@
+"""deploy --ssh end to end against a real OpenSSH server started by the test suite on loopback."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import edgekit
+from edgekit.deployer import deploy, open_device
+from edgekit.errors import TransportError
+
+from conftest import one_json, run_cli, stop_agent
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def device_root(tmp_path):
+    root = tmp_path / "remote-device"
+    yield root
+    stop_agent(sys.executable, root)
+
+
+def ssh_device(sshd, root):
+    return open_device("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", device_python=sys.executable,
+                       device_root=str(root), key_file=sshd.client_key, known_hosts=sshd.known_hosts)
+
+
+def test_cli_deploy_over_ssh_with_ssh_config(sshd, tiny_bundle, device_root):
+    from sshd import SSH_CONFIG_HOST
+
+    p = run_cli("deploy", tiny_bundle, "--ssh", SSH_CONFIG_HOST, "--ssh-config", sshd.ssh_config,
+                "--device-python", sys.executable, "--device-root", device_root, "--runs", 20, "--warmup", 2, "--json",
+                check=0)
+    r = one_json(p.stdout)
+    assert r["transport"] == f"ssh root@127.0.0.1:{sshd.port}"
+    assert r["accelerator"] == "CPUExecutionProvider" and r["runs"] == 20
+    assert r["latency_ms"]["p50"] > 0 and r["peak_rss_mb"] > 0
+    assert (device_root / "models" / "tiny" / "current").is_symlink()
+    # bench of the already deployed bundle, no upload
+    p = run_cli("bench", tiny_bundle, "--ssh", SSH_CONFIG_HOST, "--ssh-config", sshd.ssh_config,
+                "--device-python", sys.executable, "--device-root", device_root, "--runs", 5, "--json", check=0)
+    assert one_json(p.stdout)["bundle_id"] == r["bundle_id"]
+
+
+def test_unknown_host_key_is_refused(sshd, tmp_path, tiny_bundle):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    p = run_cli("deploy", tiny_bundle, "--ssh", f"root@127.0.0.1:{sshd.port}", "--ssh-key", sshd.client_key,
+                "--ssh-config", "/dev/null", "--known-hosts", empty, "--device-python", sys.executable,
+                "--device-root", tmp_path / "r", env={"HOME": str(tmp_path)})
+    assert p.returncode == 4
+    assert "not in known_hosts" in p.stderr and "ssh-keyscan" in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_dropped_connection_mid_upload_keeps_the_previous_version(sshd, tiny_bundle, tiny_model, tiny_calib,
+                                                                 tmp_path, device_root):
+    with ssh_device(sshd, device_root) as dev:
+        v1 = deploy(tiny_bundle, dev, bench=False)["installed"]["version"]
+
+    # A second version, bigger than one upload chunk so the drop happens mid-file.
+    big = tmp_path / "big.npz"
+    x = np.load(tiny_calib)["input"]
+    np.savez(big, input=np.concatenate([x] * 8))
+    v2_dir = tmp_path / "v2"
+    edgekit.build(tiny_model, "host", v2_dir, precision="fp16", val=big, name="tiny")
+
+    calls = []
+
+    def drop_on_first_chunk(name, done, total):
+        calls.append((name, done, total))
+        if len(calls) == 1:
+            sshd.kill_sessions()
+
+    with ssh_device(sshd, device_root) as dev:
+        with pytest.raises(TransportError) as e:
+            deploy(v2_dir, dev, bench=False, progress=drop_on_first_chunk)
+    assert "keeps serving what it served before" in str(e.value)
+    assert calls and calls[0][1] < calls[0][2] or len(calls) == 1
+
+    with ssh_device(sshd, device_root) as dev:
+        dev.ensure_agent()
+        models = dev.client.models()
+        assert models[0]["version"] == v1
+        out = dev.client.infer("tiny", {"input": x[:1]})
+        assert out["probs"].shape == (1, 10)
+        # the same deploy again completes, resuming the staged upload
+        v2 = deploy(v2_dir, dev, bench=False)["installed"]
+        assert v2["previous"] == v1 and dev.client.models()[0]["version"] == v2["version"]
