@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job end to end: set up, build the PP-OCR text-direction classifier for a
+# Raspberry Pi 5 and for this machine (INT8, calibrated on rendered text lines), deploy
+# both to this machine's agent and print the timing reports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+EK=.venv/bin/edgekit
+OUT=examples/out
+mkdir -p "$OUT"
+
+echo "== calibration and validation data: rendered text lines (examples/textlines.py)"
+.venv/bin/python examples/textlines.py -n 200 --seed 1 -o "$OUT/calib.npz"
+.venv/bin/python examples/textlines.py -n 400 --seed 0 -o "$OUT/val.npz"
+
+for profile in raspberrypi5 host; do
+    echo
+    echo "== edgekit build for $profile"
+    $EK build examples/ppocr_mobile_v2_cls.onnx --profile "$profile" --precision int8 \
+        --calib "$OUT/calib.npz" --val "$OUT/val.npz" --input-shape x=1,3,48,192 -o "$OUT/ppocr-$profile" -q
+    echo
+    echo "== edgekit deploy --local ($profile bundle)"
+    $EK deploy "$OUT/ppocr-$profile" --local --runs 200 --warmup 20
+done
+echo
+echo "The agent keeps serving on this machine: .venv/bin/edgekit agent status --local  (stop: agent stop --local)"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian/Ubuntu machine for edgekit: a virtual environment in .venv with
+# edgekit and its extras, and (with --test) the Debian packages the test suite starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [[ "${1:-}" == "--test" ]] && [[ ! -x /usr/sbin/sshd ]]; then
+    echo "installing openssh-server (the tests start their own sshd on loopback)" >&2
+    SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all,test]' 2>&1 | grep -v "^WARNING: Location" >&2 || true
+.venv/bin/python -c "import edgekit, onnxruntime, paramiko" || { echo "edgekit install failed" >&2; exit 1; }
