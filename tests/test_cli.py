@@ -92,3 +92,18 @@ def test_doctor():
 
 def test_python_m_edgekit_version():
     assert run_cli("--version", check=0).stdout.startswith("edgekit ")
+
+
+def test_reports_match_the_published_schema(tiny_bundle, tmp_path):
+    import jsonschema
+
+    from edgekit.report import schema
+
+    s = schema()
+    jsonschema.validate(json.loads((tiny_bundle / "report.json").read_text()), s)
+    root = tmp_path / "dev"
+    try:
+        r = one_json(run_cli("deploy", tiny_bundle, "--device-root", root, "--runs", 5, "--json", check=0).stdout)
+        jsonschema.validate(r, s)
+    finally:
+        stop_agent(sys.executable, root)
