@@ -8,7 +8,7 @@ local device (agent in a temp dir), then alternate
     bare:  InferenceSession(bundle/model.onnx, intra_op=T, inter_op=1), 1 + W untimed runs,
            N timed runs of sess.run on the bundle's sample_inputs.npz
 
-for R rounds each (the order inside a round alternates, so a drift in the machine's
+for R rounds each (15 for PP-OCR, 7 for MobileNetV2; the order inside a round alternates, so a drift in the machine's
 load hits both sides alike), and report the ratio of the medians (median over rounds of
 each round's p50) agent/bare, and the median of the per-round ratios. Goal: <= 1.02.
 """
@@ -48,7 +48,7 @@ def bare_bench(model_path, feeds, runs, warmup, threads):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, help="rounds per model and thread count (default: 15 PP-OCR, 7 MobileNetV2)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="intra-op threads to compare at")
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
@@ -64,13 +64,13 @@ def main(argv=None):
     mnv2 = work / "mobilenetv2.onnx"
     make_mobilenetv2(mnv2, seed=0)
     models = [
-        # name, source, shapes, runs, warmup
-        ("ppocr_cls", C.PPOCR, C.PPOCR_SHAPE, 400, 40),
-        ("mobilenetv2", mnv2, C.MNV2_SHAPE, 100, 10),
+        # name, source, shapes, runs, warmup, rounds
+        ("ppocr_cls", C.PPOCR, C.PPOCR_SHAPE, 400, 40, args.rounds or 15),
+        ("mobilenetv2", mnv2, C.MNV2_SHAPE, 100, 10, args.rounds or 7),
     ]
     dev = C.open_local_device(work / "device")
     bundles = {}
-    for name, src, shapes, runs, warmup in models:
+    for name, src, shapes, *_ in models:
         out = work / "bundles" / name
         edgekit.build(src, "host", out, precision="fp32", input_shapes=shapes, name=name)
         deploy(out, dev, bench=False)
@@ -78,13 +78,13 @@ def main(argv=None):
         C.log(f"built and deployed {name}")
 
     results, rows = [], []
-    for name, _, _, runs, warmup in models:
+    for name, _, _, runs, warmup, n_rounds in models:
         out = bundles[name]
         with np.load(out / "sample_inputs.npz", allow_pickle=False) as z:
             feeds = {k: z[k] for k in z.files}
         for threads in args.threads:
             agent_p50, bare_p50, rounds = [], [], []
-            for r in range(args.rounds):
+            for r in range(n_rounds):
                 if r % 2 == 0:
                     rep = dev.bench(name, runs=runs, warmup=warmup, threads=threads)
                     b = bare_bench(out / "model.onnx", feeds, runs, warmup, threads)
@@ -105,19 +105,19 @@ def main(argv=None):
             a_iqr = float(np.median([x["agent"]["iqr"] for x in rounds]))
             b_iqr = float(np.median([x["bare"]["iqr"] for x in rounds]))
             paired = float(np.median(per_round))
-            results.append({"model": name, "threads": threads, "runs": runs, "warmup": warmup,
+            results.append({"model": name, "threads": threads, "runs": runs, "warmup": warmup, "rounds": n_rounds,
                             "agent_p50_ms": a_med, "bare_p50_ms": b_med, "agent_iqr_ms": a_iqr, "bare_iqr_ms": b_iqr,
                             "ratio": ratio, "ratio_per_round": per_round, "median_paired_ratio": paired,
                             "paired_ratio_p10_p90": [C.pct(per_round, 10), C.pct(per_round, 90)], "goal": 1.02, "meets_goal": ratio <= 1.02,
-                            "rounds": rounds})
-            rows.append([name, threads, f"{runs}/{warmup}", f"{a_med:.3f} ({a_iqr:.3f})", f"{b_med:.3f} ({b_iqr:.3f})",
+                            "per_round": rounds})
+            rows.append([name, threads, f"{runs}/{warmup}", n_rounds, f"{a_med:.3f} ({a_iqr:.3f})", f"{b_med:.3f} ({b_iqr:.3f})",
                          f"**{ratio:.3f}**", f"{paired:.3f} ({C.pct(per_round, 10):.3f}–{C.pct(per_round, 90):.3f})",
                          "yes" if ratio <= 1.02 else "no"])
 
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "rounds": args.rounds, "results": results})
-    print(f"### Agent bench vs bare ONNX Runtime ({args.rounds} interleaved rounds each, "
+    C.write_results(NAME, {"benchmark": NAME, "environment": env, "results": results})
+    print(f"### Agent bench vs bare ONNX Runtime (interleaved rounds, "
           f"{env['cpu_count']}-core {env['machine']}, onnxruntime {env['onnxruntime']})\n")
-    print(C.table(["model", "threads", "runs/warm-up", "agent p50 ms (IQR)", "bare ORT p50 ms (IQR)",
+    print(C.table(["model", "threads", "runs/warm-up", "rounds", "agent p50 ms (IQR)", "bare ORT p50 ms (IQR)",
                    "ratio of medians agent/bare", "median per-round ratio (p10–p90)", "≤ 1.02"], rows))
     print("\np50 = median over rounds of each run's p50; IQR = median over rounds of each run's IQR; "
           "the goal applies to the ratio of medians.")
