@@ -8,6 +8,7 @@ request can bring the server down.
 
 import hmac
 import json
+from http import HTTPStatus
 import os
 import re
 import subprocess
@@ -26,6 +27,13 @@ from .store import Store, StoreError, check_name
 
 MAX_JSON_BODY = 256 << 20
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Headers(dict):
+    """Request headers, keys lower-cased; ``get`` is case-insensitive."""
+
+    def get(self, key, default=None):
+        return dict.get(self, key.lower(), default)
 
 
 class HTTPError(Exception):
@@ -109,14 +117,58 @@ class Handler(BaseHTTPRequestHandler):
         return self.server.agent
 
     # -- plumbing -----------------------------------------------------------
+    def parse_request(self):
+        """HTTP/1.x request line and headers, without the ``email`` package http.server uses.
+
+        That parser costs more than a small model's inference; this one is a plain loop.
+        """
+        self.command = None
+        self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        line = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
+        self.requestline = line
+        words = line.split()
+        if len(words) != 3 or not words[2].startswith("HTTP/1."):
+            self.send_error(400, "Bad request line (%r)" % line[:100])
+            return False
+        self.command, self.path, self.request_version = words
+        headers = Headers()
+        for _ in range(101):
+            raw = self.rfile.readline(65537)
+            if len(raw) > 65536:
+                self.send_error(431, "Header line too long")
+                return False
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = raw.decode("iso-8859-1").partition(":")
+            if not sep:
+                self.send_error(400, "Malformed header line")
+                return False
+            headers[name.strip().lower()] = value.strip()
+        else:
+            self.send_error(431, "Too many headers")
+            return False
+        self.headers = headers
+        connection = headers.get("Connection", "").lower()
+        self.close_connection = connection == "close" or (self.request_version == "HTTP/1.0" and connection != "keep-alive")
+        if self.path.startswith("//"):
+            self.path = "/" + self.path.lstrip("/")
+        if headers.get("Expect", "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return True
+
     def _send(self, status, body, content_type="application/json"):
+        """One write per response: status line, headers and body together."""
         if not isinstance(body, bytes):
             body = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        head = "HTTP/1.1 %d %s\r\nServer: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+            status, reason, self.server_version, content_type, len(body),
+            "Connection: close\r\n" if self.close_connection else "")
+        self.wfile.write(head.encode("latin-1") + body)
 
     def _length(self):
         raw = self.headers.get("Content-Length")

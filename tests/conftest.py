@@ -64,9 +64,35 @@ def tiny_bundle(tmp_path_factory, tiny_model, tiny_calib):
 
 
 def stop_agent(python, root):
+    """Stop the agent serving ``root`` (whichever zipapp started it: the state file names its pid)."""
     pyz = Path(root) / "agent" / "edgekit-agent.pyz"
-    if pyz.exists():
-        subprocess.run([python, str(pyz), "stop", "--root", str(root)], capture_output=True, timeout=30)
+    if not pyz.exists():
+        from edgekit import agent_package
+
+        pyz, _ = agent_package.build(Path(os.environ["EDGEKIT_CACHE_DIR"]) / "agent")
+    subprocess.run([python, str(pyz), "stop", "--root", str(root)], capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_agent_outlives_the_suite(tmp_path_factory):
+    """Safety net: kill any agent whose command line points into this run's temporary directories."""
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+    import signal
+
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                parts = f.read().decode(errors="replace").split("\x00")
+        except OSError:
+            continue
+        if "serve" in parts and any("edgekit-agent" in p for p in parts) and any(base in p for p in parts):
+            try:
+                os.kill(int(pid), signal.SIGTERM)
+            except OSError:
+                pass
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ benchmark it there, and bring the report back.
     commit (atomic switch) -> benchmark in a fresh process on the device
 """
 
-import http.client
 import json
 import os
 import sys
@@ -112,7 +111,7 @@ class Device:
             return fn(*args, **kwargs)
         except AgentHTTPError as e:
             raise AgentError(f"{self.transport.description}: {step}: {e.message}", status=e.status) from None
-        except (OSError, http.client.HTTPException) as e:
+        except OSError as e:
             raise TransportError(
                 f"{self.transport.description}: connection lost while {step} ({type(e).__name__}: {e}). "
                 "The device keeps serving what it served before; run the command again to resume.") from None

@@ -1,9 +1,16 @@
-"""HTTP client for the agent (standard library ``http.client``; one kept-alive connection)."""
+"""HTTP client for the agent: one kept-alive connection, standard library only.
 
-import http.client
+The transport is a minimal HTTP/1.1 client over a socket (request in one ``sendall``,
+``Content-Length`` bodies only, which is all the agent sends) rather than
+``http.client``, whose header parsing costs about as much as a small model's inference.
+"""
+
 import json
+import socket
 
 from .wire import CONTENT_TYPE, decode_tensors, encode_tensors
+
+_CHUNK = 65536
 
 
 class AgentHTTPError(Exception):
@@ -13,57 +20,104 @@ class AgentHTTPError(Exception):
         self.message = message
 
 
+class _Connection(object):
+    def __init__(self, host, port, timeout):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rfile = self.sock.makefile("rb")
+
+    def close(self):
+        try:
+            self.rfile.close()
+        finally:
+            self.sock.close()
+
+    def exchange(self, head, body, length):
+        if body is None or isinstance(body, bytes):
+            self.sock.sendall(head + (body or b""))
+        else:  # a file object: stream it
+            self.sock.sendall(head)
+            sent = 0
+            while sent < length:
+                block = body.read(min(_CHUNK, length - sent))
+                if not block:
+                    raise IOError("request body ended after %d of %d bytes" % (sent, length))
+                self.sock.sendall(block)
+                sent += len(block)
+        status_line = self.rfile.readline(65537)
+        if not status_line:
+            raise ConnectionResetError("the agent closed the connection")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise ConnectionError("not an HTTP response: %r" % status_line[:80])
+        status = int(parts[1])
+        headers = {}
+        while True:
+            line = self.rfile.readline(65537)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("iso-8859-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        n = int(headers.get("content-length", "0"))
+        data = self.rfile.read(n) if n else b""
+        if len(data) != n:
+            raise ConnectionResetError("response ended after %d of %d bytes" % (len(data), n))
+        return status, headers, data
+
+
 class AgentClient(object):
     def __init__(self, host="127.0.0.1", port=8765, token=None, timeout=60.0):
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
         self._conn = None
-
-    def _connection(self):
-        if self._conn is None:
-            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        return self._conn
 
     def close(self):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def request(self, method, path, body=None, content_type="application/json", timeout=None, raw=False, length=None):
         """One request; ``body`` is a dict (sent as JSON), bytes, or a file object of ``length`` bytes."""
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        if length is not None:
-            headers["Content-Length"] = str(length)
-        if self.token:
-            headers["Authorization"] = "Bearer " + self.token
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode("utf-8")
+        if length is None:
+            length = len(body) if body is not None else 0
+        head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (self.host, self.port),
+                "Content-Type: " + content_type, "Accept: application/json", "Content-Length: %d" % length]
+        if self.token:
+            head.append("Authorization: Bearer " + self.token)
+        head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         for attempt in (0, 1):
-            conn = self._connection()
-            if timeout is not None:
-                conn.timeout = timeout
-                if conn.sock is not None:
-                    conn.sock.settimeout(timeout)
+            fresh = self._conn is None
+            if fresh:
+                self._conn = _Connection(self.host, self.port, self.timeout)
+            self._conn.sock.settimeout(timeout or self.timeout)
             try:
-                conn.request(method, path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
+                status, headers, data = self._conn.exchange(head, body, length)
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                # A kept-alive connection the server closed: retry once on a fresh one.
+            except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+                # A kept-alive connection the agent had closed: retry once on a new one.
                 self.close()
-                if attempt or hasattr(body, "read"):
+                if attempt or fresh or hasattr(body, "read"):
                     raise
-            finally:
-                if timeout is not None and self._conn is not None:
-                    self._conn.timeout = self.timeout
-        if resp.status >= 400:
+            except Exception:
+                self.close()
+                raise
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        if status >= 400:
             try:
                 message = json.loads(data.decode("utf-8")).get("error", "")
             except ValueError:
                 message = data[:200].decode("utf-8", "replace")
-            raise AgentHTTPError(resp.status, message)
+            raise AgentHTTPError(status, message)
         if raw:
-            return data, resp.getheader("Content-Type", "")
+            return data, headers.get("content-type", "")
         return json.loads(data.decode("utf-8")) if data else {}
 
     # -- API -------------------------------------------------------------------
