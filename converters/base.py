@@ -75,3 +75,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def predict(self, model_path, samples, threads=None):
         """Run a built model on the host: list of output dicts, one per sample."""
+
+    @abc.abstractmethod
+    def runner(self, model_path, threads=None):
+        """A callable ``run(feed)`` for the built model on the host (for timing)."""

@@ -84,6 +84,10 @@ class OrtBackend(Backend):
         names = [o.name for o in sess.get_outputs()]
         return [dict(zip(names, sess.run(names, feed))) for feed in samples]
 
+    def runner(self, model_path, threads=None):
+        sess = self.session(model_path, threads)
+        return lambda feed: sess.run(None, feed)
+
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):
         import onnx

@@ -7,6 +7,7 @@
 
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, build_text
 
 FIDELITY_SAMPLES = 400
+CACHE_EPOCH = 2  # bump when what a build writes changes, so older cached bundles are not reused
+SLOWER = 0.95  # a shrunk build under 0.95x the reference's speed counts as measured slower
 CALIB_SAMPLES = 256
 
 
@@ -31,7 +34,56 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
     Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
     ``output`` is then left as it was.
+
+    ``precision="auto"`` takes what the profile runs fast. For the ``host`` profile, where
+    this machine is the target, a shrunk build is also timed against the FP32 reference
+    here, and if it measured slower the FP32 build is kept instead (the report says why).
     """
+    kwargs = dict(backend=backend, calib=calib, val=val, preprocess=preprocess, input_shapes=input_shapes, name=name,
+                  min_cosine=min_cosine, min_top1=min_top1, max_accuracy_drop=max_accuracy_drop,
+                  allow_degraded=allow_degraded, use_cache=use_cache, log=log)
+    report = _build_one(model, profile, output, precision=precision, **kwargs)
+    measured = report.get("host_latency")
+    if precision in (None, "auto") and report["precision"] != "fp32" and measured and measured["speedup"] < SLOWER:
+        (log or (lambda m: None))(
+            f"{report['precision']} measured {measured['speedup']:.2f}x the speed of fp32 on this machine: keeping fp32")
+        rejected = {"precision": report["precision"], "speedup_vs_fp32": measured["speedup"],
+                    "p50_ms": measured["built_p50_ms"], "fp32_p50_ms": measured["reference_p50_ms"]}
+        report = _build_one(model, profile, output, precision="fp32", **kwargs)
+        report["precision_choice"] = {
+            "auto": True, "chosen": "fp32", "rejected": [rejected],
+            "reason": f"{rejected['precision']} was measured slower than fp32 on this machine "
+                      f"({rejected['p50_ms']:.3f} ms vs {rejected['fp32_p50_ms']:.3f} ms p50)",
+        }
+        bundle_mod.write_json(Path(output) / bundle_mod.REPORT_JSON, report)
+        (Path(output) / bundle_mod.REPORT_TXT).write_text(build_text(report))
+    return report
+
+
+def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=30):
+    """Interleaved p50s of the reference and the built model on this machine; median over rounds."""
+    ref, built = be.runner(reference_path, threads), be.runner(built_path, threads)
+    for fn in (ref, built):
+        for _ in range(5):
+            fn(feed)
+    p50 = {"ref": [], "built": []}
+    for _ in range(rounds):
+        for key, fn in (("ref", ref), ("built", built)):
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                fn(feed)
+                times.append((time.perf_counter() - t0) * 1000)
+            p50[key].append(statistics.median(times))
+    r, b = statistics.median(p50["ref"]), statistics.median(p50["built"])
+    return {"reference_p50_ms": round(r, 4), "built_p50_ms": round(b, 4), "speedup": round(r / b, 3),
+            "threads": threads, "rounds": rounds, "runs_per_round": runs,
+            "note": "measured on the build machine, which is the target for the host profile"}
+
+
+def _build_one(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
+               input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
+               allow_degraded=False, use_cache=True, log=None):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
@@ -55,7 +107,7 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
     bundle_name = name or Path(model).stem
 
     cache_key = cache.key({
-        "edgekit": __version__, "runtime": be.runtime_version(), "source": src.sha256,
+        "edgekit": __version__, "epoch": CACHE_EPOCH, "runtime": be.runtime_version(), "source": src.sha256,
         "shapes": {s.name: s.shape for s in src.inputs}, "profile": prof.data, "backend": backend,
         "precision": precision, "calib": cache.path_digest(calib), "val": cache.path_digest(val),
         "preprocess": preprocess, "thresholds": thresholds.to_dict(), "allow_degraded": allow_degraded,
@@ -131,6 +183,15 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
             bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)
 
             degraded = any(not s["passed"] for s in steps)
+            host_latency = None
+            if prof.name == profiles.HOST and not (precision == "fp32" and result.format == "onnx"):
+                host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
+                log(f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
+                    f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)")
+            warnings = list(result.warnings)
+            if host_latency and host_latency["speedup"] < SLOWER:
+                warnings.append(f"{precision} ran {host_latency['speedup']:.2f}x the speed of the fp32 reference on this "
+                                "machine (slower); --precision fp32 is faster here")
             report = {
                 "schema": "edgekit.build-report",
                 "schema_version": SCHEMA_VERSION,
@@ -156,7 +217,8 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
                     "steps": steps,
                 },
                 "ops": result.ops,
-                "warnings": list(result.warnings) + (
+                "host_latency": host_latency,
+                "warnings": warnings + (
                     ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
                     if fid_ds.synthetic else []),
                 **result.sections,

@@ -49,6 +49,13 @@ def build_text(r):
     req = r.get("required_operators")
     if req:
         lines.append(f"  minimal build: {req['file']} ({len(req['config'])} line(s)); {req['use']}")
+    hl = r.get("host_latency")
+    if hl:
+        lines.append(f"  on this machine: {hl['built_p50_ms']:.3f} ms p50 vs fp32 reference {hl['reference_p50_ms']:.3f} ms "
+                     f"({hl['speedup']:.2f}x, {hl['threads']} threads)")
+    choice = r.get("precision_choice")
+    if choice:
+        lines.append(f"  precision: auto chose {choice['chosen']}: {choice['reason']}")
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     lines.append(f"  built in {r['build_seconds']:.2f} s{' (cache hit)' if r['cache']['hit'] else ''} -> {r['output']}")
