@@ -28,6 +28,11 @@ def main(argv=None):
         s.add_argument("--host", default="127.0.0.1", help="listen address (default loopback; others need a token)")
         s.add_argument("--port", type=int, default=0, help="0 picks a free port")
         s.add_argument("--token-file", help="file holding the bearer token (or set EDGEKIT_AGENT_TOKEN)")
+        s.add_argument("--no-telemetry", action="store_true", help="do not record served requests")
+        s.add_argument("--flush-interval", type=float, default=0.2, help="seconds between telemetry writes")
+        s.add_argument("--context-interval", type=float, default=30.0,
+                       help="seconds between device context samples (load, memory, temperature)")
+        s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
     for name in ("stop", "status"):
         s = sub.add_parser(name)
         s.add_argument("--root", default=DEFAULT_ROOT)
@@ -64,7 +69,9 @@ def main(argv=None):
         from .daemon import write_state
         from .server import make_server
 
-        server = make_server(args.root, args.host, args.port, _token(args))
+        server = make_server(args.root, args.host, args.port, _token(args), telemetry=not args.no_telemetry,
+                             warmup_on_load=args.warmup_on_load, flush_interval=args.flush_interval,
+                             context_interval=args.context_interval)
         host, port = server.server_address[:2]
         state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__,
                  "root": server.agent.store.root, "auth": bool(server.agent.token)}
@@ -72,18 +79,27 @@ def main(argv=None):
         write_state(args.root, state)
         sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))
         sys.stderr.flush()
+        import threading
+
+        restore = threading.Thread(target=server.agent.restore, name="restore-models")
+        restore.daemon = True
+        restore.start()
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
             pass
         finally:
             server.server_close()
+            if server.agent.recorder:
+                server.agent.recorder.close()
         return 0
     if args.cmd in ("start", "stop", "status"):
         from . import daemon
 
         if args.cmd == "start":
-            result = daemon.start(args.root, args.host, args.port, args.token_file)
+            extra = ["--flush-interval", str(args.flush_interval), "--context-interval", str(args.context_interval),
+                     "--warmup-on-load", str(args.warmup_on_load)] + (["--no-telemetry"] if args.no_telemetry else [])
+            result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:
             result = getattr(daemon, args.cmd)(args.root)
         print(json.dumps(result))

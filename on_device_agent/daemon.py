@@ -102,7 +102,7 @@ def stop(root, timeout=10.0):
     return {"stopped": True, "pid": pid}
 
 
-def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0):
+def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=()):
     current = status(root)
     if current.get("running"):
         if current.get("version") == __version__ and current.get("host") == host and (not port or current.get("port") == port):
@@ -114,6 +114,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0):
     cmd = self_command() + ["serve", "--root", root, "--host", host, "--port", str(port)]
     if token_file:
         cmd += ["--token-file", token_file]
+    cmd += list(extra)
     log = log_path(root)
     if not os.path.isdir(os.path.dirname(log)):
         os.makedirs(os.path.dirname(log))

@@ -23,7 +23,9 @@ except ImportError:  # pragma: no cover - Python < 3.7 is not supported
 
 from . import API_VERSION, __version__, runners
 from .bench import device_info
+from .metrics import Metrics
 from .store import Store, StoreError, check_name
+from .telemetry import Recorder, TelemetryError
 
 MAX_JSON_BODY = 256 << 20
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -56,30 +58,88 @@ class LoadedModel(object):
         self.name, self.version, self.runner = name, version, runner
         self.lock = threading.Lock()
         self.requests = 0
+        self.warmup_ms = 0.0
+        self.options = {}
+        self.accelerator = runner.describe().get("accelerator")
 
 
 class Agent(object):
     """State shared by all request threads."""
 
-    def __init__(self, root, token=None):
+    def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2,
+                 context_interval=30.0):
         self.store = Store(root)
         self.token = token
         self.loaded = {}
         self.lock = threading.Lock()
         self.started = time.time()
+        self.warmup_on_load = warmup_on_load
+        self.metrics = Metrics()
+        self.recorder = Recorder(root, flush_interval=flush_interval, context_interval=context_interval) \
+            if telemetry else None
+        self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
 
-    def load(self, name, threads=None, providers=None):
+    def load(self, name, threads=None, providers=None, warmup=None):
+        """Load the current version and warm it up, so the first real request pays no cold start."""
         version, bundle_dir, manifest = self.store.current(name)
         runner_cls = runners.get(manifest["backend"])
         runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
         runner.load()
+        warmup = self.warmup_on_load if warmup is None else int(warmup)
+        t0 = time.perf_counter()
+        if warmup > 0:
+            from .bench import load_inputs
+
+            feeds, _ = load_inputs(bundle_dir, manifest)
+            for _ in range(warmup):
+                runner.run(feeds)
         model = LoadedModel(name, version, runner)
+        model.warmup_ms = (time.perf_counter() - t0) * 1000.0
+        model.options = {"threads": threads, "providers": providers}
         with self.lock:
             old = self.loaded.get(name)
             self.loaded[name] = model
+            self._remember()
         if old is not None:
             old.runner.close()
+        self.metrics.load(name, version)
+        if self.recorder:
+            self.recorder.event("load", name, version, {"load_ms": runner.load_ms, "warmup_runs": warmup})
         return model
+
+    def _remember(self):
+        """Which models are loaded (with their options), so a restarted agent loads them again."""
+        data = dict((n, m.options) for n, m in self.loaded.items())
+        tmp = self._loaded_file + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, self._loaded_file)
+        except OSError:
+            pass
+
+    def restore(self):
+        """Load again what was loaded before a restart or reboot (in the background)."""
+        try:
+            with open(self._loaded_file) as f:
+                wanted = json.load(f)
+        except (OSError, ValueError):
+            return
+        for name, options in sorted(wanted.items()):
+            try:
+                self.load(name, **(options or {}))
+            except Exception as e:  # a model that no longer loads must not stop the agent
+                sys.stderr.write("could not load %s again after restart: %s\n" % (name, e))
+
+    def record(self, name, model, outcome, queue_ms=None, infer_ms=None, shape=None, error=None, pre_ms=None):
+        version = model.version if model else None
+        backend = model.runner.manifest.get("backend") if model else None
+        accelerator = model.accelerator if model else None
+        self.metrics.request(name, version, backend, accelerator, outcome, infer_ms, queue_ms)
+        if self.recorder:
+            return self.recorder.record(name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome,
+                                        error, pre_ms)
+        return None
 
     def get_loaded(self, name):
         """The loaded model, (re)loaded if it is not loaded or a newer version was installed."""
@@ -259,6 +319,7 @@ def health(h):
         "status": "ok", "agent_version": __version__, "api": API_VERSION, "pid": os.getpid(),
         "uptime_s": round(time.time() - a.started, 3), "root": a.store.root, "auth": bool(a.token),
         "device": device_info(), "runtimes": runners.runtimes(), "models": a.store.names(),
+        "telemetry": a.recorder.stats() if a.recorder else {"ok": False, "error": "disabled (--no-telemetry)"},
     }
 
 
@@ -295,9 +356,10 @@ def list_models(h):
 @route("POST", "/v1/models/([^/]+)/load")
 def load_model(h, name):
     body = h.json_body()
-    model = h.agent.load(name, threads=body.get("threads"), providers=body.get("providers"))
+    model = h.agent.load(name, threads=body.get("threads"), providers=body.get("providers"), warmup=body.get("warmup"))
     info = model.runner.describe()
-    info.update({"name": name, "version": model.version, "load_ms": model.runner.load_ms})
+    info.update({"name": name, "version": model.version, "load_ms": model.runner.load_ms,
+                 "warmup_ms": model.warmup_ms})
     return info
 
 
@@ -312,6 +374,9 @@ def unload_model(h, name):
     return {"name": name, "unloaded": True}
 
 
+OUTCOMES = {400: "bad_request", 404: "unknown_model", 501: "runtime_missing"}
+
+
 @route("POST", "/v1/models/([^/]+)/infer")
 def infer(h, name):
     from edgekit_sdk.wire import CONTENT_TYPE, WireError, decode_tensors, encode_tensors, tensors_from_json, \
@@ -319,22 +384,33 @@ def infer(h, name):
 
     t_arrive = time.perf_counter()
     binary = h.headers.get("Content-Type", "").startswith(CONTENT_TYPE)
+    pre_ms = h.headers.get("X-Edgekit-Pre-Ms")
+    model = None
     try:
-        if binary:
-            feeds, _ = decode_tensors(h.body())
-        else:
-            feeds = tensors_from_json(h.json_body().get("inputs"))
-    except WireError as e:
-        raise HTTPError(400, str(e))
-    model = h.agent.get_loaded(name)
-    model.runner.check_feeds(feeds)
-    with model.lock:
-        t0 = time.perf_counter()
-        outputs = model.runner.run(feeds)
-        t1 = time.perf_counter()
-        model.requests += 1
-    meta = {"model": name, "version": model.version, "inference_ms": (t1 - t0) * 1000.0,
-            "queue_ms": (t0 - t_arrive) * 1000.0}
+        try:
+            pre_ms = float(pre_ms) if pre_ms is not None else None
+            if binary:
+                feeds, _ = decode_tensors(h.body())
+            else:
+                feeds = tensors_from_json(h.json_body().get("inputs"))
+        except (WireError, ValueError) as e:
+            raise HTTPError(400, str(e))
+        model = h.agent.get_loaded(name)
+        model.runner.check_feeds(feeds)
+        with model.lock:
+            t0 = time.perf_counter()
+            outputs = model.runner.run(feeds)
+            t1 = time.perf_counter()
+            model.requests += 1
+    except Exception as e:
+        status = getattr(e, "status", 500)
+        h.agent.record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
+        raise
+    infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
+    shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())
+    rid = h.agent.record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
+    meta = {"model": name, "version": model.version, "inference_ms": infer_ms, "queue_ms": queue_ms,
+            "request_id": rid}
     if binary:
         h._send(200, encode_tensors(outputs, meta), CONTENT_TYPE)
         return None
@@ -370,7 +446,10 @@ def bench(h, name):
 @route("POST", "/v1/models/([^/]+)/rollback")
 def rollback(h, name):
     h.body()
-    return h.agent.store.rollback(name)
+    result = h.agent.store.rollback(name)
+    if h.agent.recorder:
+        h.agent.recorder.event("rollback", name, result["version"], {"from": result["previous"]})
+    return result
 
 
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)")
@@ -392,7 +471,67 @@ def upload_file(h, name, version, filename):
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
 def commit(h, name, version):
     h.body()
-    return h.agent.store.commit(name, version)
+    result = h.agent.store.commit(name, version)
+    if h.agent.recorder:
+        h.agent.recorder.event("install", name, version, {"previous": result["previous"]})
+    return result
+
+
+@route("GET", "/metrics")
+def metrics(h):
+    a = h.agent
+    text = a.metrics.render(a.recorder.stats() if a.recorder else None, len(a.loaded))
+    h._send(200, text.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+
+
+def _recorder(h):
+    if h.agent.recorder is None:
+        raise HTTPError(404, "this agent was started with --no-telemetry")
+    return h.agent.recorder
+
+
+def _query(h):
+    from urllib.parse import parse_qs
+
+    q = parse_qs(h.path.partition("?")[2])
+    try:
+        return (int(q.get("after_id", ["0"])[0]), int(q.get("after_event", ["0"])[0]),
+                float(q.get("after_context", ["0"])[0]), int(q.get("limit", ["5000"])[0]))
+    except ValueError:
+        raise HTTPError(400, "after_id, after_event and limit are integers; after_context is a number")
+
+
+@route("GET", "/v1/telemetry")
+def telemetry_pull(h):
+    rec = _recorder(h)
+    after_id, after_event, after_context, limit = _query(h)
+    try:
+        out = rec.pull(after_id, after_event, after_context, limit)
+    except TelemetryError as e:
+        raise HTTPError(e.status, str(e))
+    out["device"] = device_info()
+    return out
+
+
+@route("GET", "/v1/telemetry/status")
+def telemetry_status(h):
+    return _recorder(h).stats()
+
+
+@route("POST", "/v1/telemetry/annotate")
+def telemetry_annotate(h):
+    body = h.json_body()
+    try:
+        rid = int(body["request_id"])
+        pre = None if body.get("pre_ms") is None else float(body["pre_ms"])
+        post = None if body.get("post_ms") is None else float(body["post_ms"])
+    except (KeyError, TypeError, ValueError):
+        raise HTTPError(400, "annotate needs request_id (from the infer response) and pre_ms and/or post_ms numbers")
+    try:
+        _recorder(h).annotate(rid, pre, post)
+    except TelemetryError as e:
+        raise HTTPError(e.status, str(e))
+    return {"request_id": rid, "queued": True}
 
 
 class AgentServer(ThreadingHTTPServer):
@@ -400,7 +539,7 @@ class AgentServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def make_server(root, host="127.0.0.1", port=0, token=None):
+def make_server(root, host="127.0.0.1", port=0, token=None, **agent_options):
     if host not in LOOPBACK and not token:
         raise SystemExit("refusing to listen on %s without a token: pass --token-file FILE (or set "
                          "EDGEKIT_AGENT_TOKEN), or listen on 127.0.0.1 and reach the agent through SSH/ADB forwarding"
@@ -410,5 +549,5 @@ def make_server(root, host="127.0.0.1", port=0, token=None):
 
         AgentServer.address_family = socket.AF_INET6
     server = AgentServer((host, port), Handler)
-    server.agent = Agent(root, token)
+    server.agent = Agent(root, token, **agent_options)
     return server

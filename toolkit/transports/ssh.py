@@ -77,10 +77,13 @@ class _Forwarder:
                     client.sendall(data)
                 if chan.closed or not chan.get_transport().is_active():
                     break
-        except (OSError, EOFError):
+        except Exception:  # the SSH link broke (EOFError, SSHException, OSError): end this connection
             pass
         finally:
-            chan.close()
+            try:
+                chan.close()
+            except Exception:  # closing a channel of a dead transport raises too
+                pass
             try:
                 client.shutdown(socket.SHUT_RDWR)
             except OSError:

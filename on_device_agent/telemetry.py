@@ -1,0 +1,308 @@
+"""What real traffic costs, recorded on the device (standard library only, Python 3.7+).
+
+Every inference served by the local API becomes one row; the request path only appends
+a tuple to an in-memory queue, and a writer thread stores the queue in SQLite (WAL mode)
+every ``flush_interval`` seconds, in one transaction, together with per-minute
+histograms. A ``kill -9`` loses at most the requests of the last interval; a reboot loses
+nothing that was written. Raw rows are bounded by count and age; minute histograms are
+kept longer. The store has a random ``store_id`` so a host that pulls can tell a new
+store (a reinstall) from the one it knew.
+
+A store that SQLite finds corrupt is never emptied or replaced: recording is switched
+off, the agent keeps serving inferences, and every telemetry endpoint answers with the
+error and what to do.
+"""
+
+import collections
+import itertools
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+import uuid
+
+SCHEMA_VERSION = 1
+COLUMNS = ("id", "ts", "model", "version", "backend", "accelerator", "shape", "queue_ms", "infer_ms", "pre_ms",
+           "post_ms", "outcome", "error")
+CONTEXT_COLUMNS = ("ts", "load1", "mem_available_mb", "temp_c")
+EVENT_COLUMNS = ("id", "ts", "kind", "model", "version", "detail")
+# Log-scale histogram buckets: 4 per doubling from 10 us (about 19 % wide), HDR-style.
+BUCKETS_PER_DOUBLING = 4
+BUCKET_BASE_MS = 0.01
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY, ts REAL NOT NULL, model TEXT, version TEXT,
+    backend TEXT, accelerator TEXT, shape TEXT, queue_ms REAL, infer_ms REAL, pre_ms REAL, post_ms REAL,
+    outcome TEXT NOT NULL, error TEXT);
+CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);
+CREATE TABLE IF NOT EXISTS minutes(minute INTEGER, model TEXT, version TEXT, backend TEXT, accelerator TEXT,
+    outcome TEXT, count INTEGER, sum_ms REAL, buckets TEXT,
+    PRIMARY KEY(minute, model, version, backend, accelerator, outcome));
+CREATE TABLE IF NOT EXISTS context(ts REAL PRIMARY KEY, load1 REAL, mem_available_mb REAL, temp_c REAL);
+CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, ts REAL, kind TEXT, model TEXT, version TEXT,
+    detail TEXT);
+"""
+
+
+class TelemetryError(Exception):
+    status = 503
+
+
+def bucket_of(ms):
+    if ms is None or ms <= BUCKET_BASE_MS:
+        return 0
+    return int(math.log(ms / BUCKET_BASE_MS, 2) * BUCKETS_PER_DOUBLING) + 1
+
+
+def bucket_upper_ms(index):
+    return BUCKET_BASE_MS * 2 ** (index / float(BUCKETS_PER_DOUBLING))
+
+
+def device_context():
+    """Load, free memory and the hottest thermal zone, where this system exposes them."""
+    ctx = {"load1": None, "mem_available_mb": None, "temp_c": None}
+    try:
+        ctx["load1"] = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    ctx["mem_available_mb"] = int(line.split()[1]) / 1024.0
+                    break
+    except OSError:
+        pass
+    temps = []
+    base = "/sys/class/thermal"
+    try:
+        zones = [z for z in os.listdir(base) if z.startswith("thermal_zone")]
+    except OSError:
+        zones = []
+    for z in zones:
+        try:
+            with open(os.path.join(base, z, "temp")) as f:
+                temps.append(int(f.read().strip()) / 1000.0)
+        except (OSError, ValueError):
+            pass
+    if temps:
+        ctx["temp_c"] = max(temps)
+    return ctx
+
+
+class Recorder(object):
+    def __init__(self, root, flush_interval=0.2, max_rows=1000000, max_age_days=30.0, minute_days=90.0,
+                 context_interval=30.0):
+        self.dir = os.path.join(os.path.abspath(os.path.expanduser(root)), "telemetry")
+        self.path = os.path.join(self.dir, "records.db")
+        self.flush_interval = flush_interval
+        self.max_rows = max_rows
+        self.max_age_s = max_age_days * 86400.0
+        self.minute_age_s = minute_days * 86400.0
+        self.context_interval = context_interval
+        self.queue = collections.deque()
+        self.annotations = collections.deque()
+        self.events = collections.deque()
+        self.error = None
+        self.store_id = None
+        self.dropped = 0
+        self.persisted = 0
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last_context = 0.0
+        self._last_prune = 0.0
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as e:
+            self._db = None
+            self.error = ("telemetry store %s is unreadable (%s). It was left as it is; the agent serves inferences "
+                          "without recording them. Move the file aside (or restore it) and restart the agent to "
+                          "record again." % (self.path, e))
+            self._ids = itertools.count(1)
+            return
+        row = self._db.execute("SELECT MAX(id) FROM requests").fetchone()
+        self._ids = itertools.count((row[0] or 0) + 1)
+        row = self._db.execute("SELECT MAX(id) FROM events").fetchone()
+        self._event_ids = itertools.count((row[0] or 0) + 1)
+        self._thread = threading.Thread(target=self._loop, name="telemetry-writer")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # -- storage ---------------------------------------------------------------
+    def _open(self):
+        exists = os.path.exists(self.path)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        try:
+            if exists:
+                check = db.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise sqlite3.DatabaseError("integrity check failed: %s" % check)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(DDL)
+            row = db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+            if row is None:
+                self.store_id = uuid.uuid4().hex
+                db.execute("INSERT INTO meta VALUES('store_id', ?)", (self.store_id,))
+                db.execute("INSERT INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+            else:
+                self.store_id = row[0]
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def check(self):
+        if self.error:
+            raise TelemetryError(self.error)
+
+    # -- request path ------------------------------------------------------------
+    def record(self, model, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error=None,
+               pre_ms=None, post_ms=None):
+        """Queue one request's record; returns its id (for a later ``annotate``). Costs an append."""
+        rid = next(self._ids)
+        if self._db is None:
+            self.dropped += 1
+            return rid
+        self.queue.append((rid, time.time(), model, version, backend, accelerator, shape, queue_ms, infer_ms, pre_ms,
+                           post_ms, outcome, error))
+        return rid
+
+    def annotate(self, rid, pre_ms=None, post_ms=None):
+        """Pre/post-processing times an app measured around a request it made."""
+        self.check()
+        self.annotations.append((rid, pre_ms, post_ms))
+
+    def event(self, kind, model=None, version=None, detail=None):
+        """Loads, installs, rollbacks: marks on the timeline."""
+        if self._db is not None:
+            self.events.append((next(self._event_ids), time.time(), kind, model, version,
+                                json.dumps(detail) if detail is not None else None))
+
+    # -- writer ------------------------------------------------------------------
+    def _loop(self):
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except sqlite3.DatabaseError as e:
+                self.error = "telemetry store %s failed while writing: %s" % (self.path, e)
+                return
+
+    def flush(self):
+        """Write everything queued, in one transaction (also called before a pull)."""
+        if self._db is None:
+            return
+        with self._flush_lock:
+            rows = []
+            while self.queue:
+                rows.append(self.queue.popleft())
+            notes = []
+            while self.annotations:
+                notes.append(self.annotations.popleft())
+            events = []
+            while self.events:
+                events.append(self.events.popleft())
+            now = time.time()
+            ctx = None
+            if now - self._last_context >= self.context_interval:
+                self._last_context = now
+                c = device_context()
+                ctx = (now, c["load1"], c["mem_available_mb"], c["temp_c"])
+            if not (rows or notes or events or ctx):
+                return
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                if rows:
+                    db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                    self._aggregate(db, rows)
+                for rid, pre, post in notes:
+                    db.execute("UPDATE requests SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) "
+                               "WHERE id=?", (pre, post, rid))
+                if events:
+                    db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?)", events)
+                if ctx:
+                    db.execute("INSERT OR REPLACE INTO context VALUES (?,?,?,?)", ctx)
+                if now - self._last_prune > 60:
+                    self._last_prune = now
+                    self._prune(db, now)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self.persisted += len(rows)
+
+    @staticmethod
+    def _aggregate(db, rows):
+        groups = {}
+        for r in rows:
+            key = (int(r[1] // 60) * 60, r[2], r[3], r[4], r[5], r[11])
+            g = groups.setdefault(key, [0, 0.0, {}])
+            g[0] += 1
+            if r[8] is not None:
+                g[1] += r[8]
+                b = str(bucket_of(r[8]))
+                g[2][b] = g[2].get(b, 0) + 1
+        for key, (count, total, buckets) in groups.items():
+            old = db.execute("SELECT count, sum_ms, buckets FROM minutes WHERE minute=? AND model IS ? AND version IS ? "
+                             "AND backend IS ? AND accelerator IS ? AND outcome IS ?", key).fetchone()
+            if old:
+                merged = json.loads(old[2])
+                for b, n in buckets.items():
+                    merged[b] = merged.get(b, 0) + n
+                db.execute("UPDATE minutes SET count=?, sum_ms=?, buckets=? WHERE minute=? AND model IS ? AND "
+                           "version IS ? AND backend IS ? AND accelerator IS ? AND outcome IS ?",
+                           (old[0] + count, old[1] + total, json.dumps(merged)) + key)
+            else:
+                db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
+
+    def _prune(self, db, now):
+        db.execute("DELETE FROM requests WHERE ts < ?", (now - self.max_age_s,))
+        db.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (self.max_rows,))
+        db.execute("DELETE FROM minutes WHERE minute < ?", (now - self.minute_age_s,))
+        db.execute("DELETE FROM context WHERE ts < ?", (now - self.minute_age_s,))
+
+    def prune_now(self):
+        with self._flush_lock:
+            self._prune(self._db, time.time())
+
+    # -- reading -----------------------------------------------------------------
+    def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000):
+        """Rows after the caller's cursors, oldest first; ``more`` says whether to ask again."""
+        self.check()
+        self.flush()
+        limit = max(1, min(int(limit), 50000))
+        with self._flush_lock:
+            rows = self._db.execute("SELECT * FROM requests WHERE id > ? ORDER BY id LIMIT ?",
+                                    (after_id, limit + 1)).fetchall()
+            events = self._db.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?",
+                                      (after_event, limit)).fetchall()
+            ctx = self._db.execute("SELECT * FROM context WHERE ts > ? ORDER BY ts LIMIT ?",
+                                   (after_context, limit)).fetchall()
+            oldest = self._db.execute("SELECT MIN(id) FROM requests").fetchone()[0]
+        more = len(rows) > limit or len(events) == limit or len(ctx) == limit
+        rows = rows[:limit]
+        return {
+            "store_id": self.store_id, "columns": list(COLUMNS), "records": [list(r) for r in rows],
+            "event_columns": list(EVENT_COLUMNS), "events": [list(e) for e in events],
+            "context_columns": list(CONTEXT_COLUMNS), "context": [list(c) for c in ctx],
+            "oldest_id": oldest, "more": more,
+        }
+
+    def stats(self):
+        return {"store_id": self.store_id, "path": self.path, "ok": self.error is None, "error": self.error,
+                "queued": len(self.queue), "persisted": self.persisted, "dropped": self.dropped,
+                "flush_interval_s": self.flush_interval}
+
+    def close(self):
+        self._stop.set()
+        if self._db is not None:
+            try:
+                self.flush()
+            finally:
+                self._db.close()
