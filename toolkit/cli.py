@@ -8,6 +8,7 @@ object on stdout; progress goes to stderr.
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import EdgekitError, FidelityError
@@ -139,6 +140,38 @@ def cmd_agent(args):
     return 0
 
 
+def cmd_field(args):
+    from .field import FieldStore, pull, report, report_text
+
+    with FieldStore(args.store) as store:
+        if args.action == "pull":
+            def progress(kind, value):
+                if kind == "gap":
+                    _err(f"warning: {value} records were pruned on the device before they were pulled")
+                elif not args.json and not args.quiet:
+                    _err(f"  pulled {value} new records")
+
+            with _device(args) as dev:
+                result = pull(dev, store, name=args.name, on_batch=progress)
+            _emit(args, result, lambda d: f"pulled {d['added']} new records from {d['device']} in {d['seconds']} s "
+                                          f"({d['stored_total']} stored in {store.path})\n")
+            return 0
+        r = report(store, model=args.model, since=args.since)
+        if args.html:
+            from .field_html import render
+
+            out = Path(args.html)
+            tmp = out.with_name(out.name + ".tmp")
+            tmp.write_text(render(r))
+            tmp.replace(out)
+            _err(f"wrote {out}")
+        if args.json:
+            for e in r["entries"]:
+                e.pop("histogram", None)
+        _emit(args, r, report_text)
+    return 0
+
+
 def cmd_doctor(args):
     from .diagnostics import doctor, doctor_text
 
@@ -217,6 +250,21 @@ def parser():
     _device_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_agent)
+
+    s = sub.add_parser("field", help="pull what devices recorded of real traffic, and report lab against field")
+    fsub = s.add_subparsers(dest="action", metavar="ACTION", required=True)
+    fp = fsub.add_parser("pull", help="fetch records since the last pull into the local store (idempotent)")
+    _device_options(fp)
+    fp.add_argument("--name", help="name for this device in reports (default: its hostname)")
+    fr = fsub.add_parser("report", help="per device, model version and backend: p50/p90/p99, errors, lab vs field")
+    fr.add_argument("--model", help="only this model")
+    fr.add_argument("--since", help="only records newer than this, e.g. 7d, 12h, 30m")
+    fr.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
+    for fx in (fp, fr):
+        fx.add_argument("--store", help="host-side store (default ~/.cache/edgekit/field.db)")
+        fx.add_argument("--json", action="store_true")
+        fx.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_field)
 
     s = sub.add_parser("doctor", help="which backends and transports work here, and why not")
     s.add_argument("--json", action="store_true")

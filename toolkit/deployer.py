@@ -194,7 +194,22 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     report = device.bench(manifest["name"], runs=runs, warmup=warmup, threads=t, providers=providers)
     report["deploy_seconds"] = round(deploy_s, 3)
     report["installed"] = install
-    return _annotate(report, manifest, device, prof, t)
+    # Serve it warm: apps' first request must not pay the load.
+    device.call(f"loading {manifest['name']}", device.client.load, manifest["name"], threads=t, providers=providers)
+    report = _annotate(report, manifest, device, prof, t)
+    _record_lab(device, report)
+    return report
+
+
+def _record_lab(device, report):
+    """Keep the lab benchmark beside the field data of the same device, for `edgekit field report`."""
+    store_id = (device.state or {}).get("health", {}).get("telemetry", {}).get("store_id")
+    if not store_id:
+        return
+    from .field import FieldStore
+
+    with FieldStore() as store:
+        store.record_lab(store_id, report)
 
 
 def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, log=None):
@@ -210,4 +225,6 @@ def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None,
                          f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first")
     report = device.bench(manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, device, threads),
                           providers=providers)
-    return _annotate(report, manifest, device, prof, threads)
+    report = _annotate(report, manifest, device, prof, threads)
+    _record_lab(device, report)
+    return report

@@ -1,0 +1,281 @@
+"""Field latency: pull what devices recorded, store it on the host, report lab against field.
+
+The host store is SQLite (``~/.cache/edgekit/field.db`` or ``--store``). Rows are keyed
+by the device store's id and the row id, and each pulled batch is written together with
+the cursor that points past it, in one transaction: a pull that is interrupted loses
+and duplicates nothing, and pulling twice stores nothing twice.
+"""
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .cache import cache_root
+from .errors import EdgekitError
+
+DDL = """
+CREATE TABLE IF NOT EXISTS devices(store_id TEXT PRIMARY KEY, name TEXT, hostname TEXT, machine TEXT,
+    transport TEXT, root TEXT, last_pull REAL);
+CREATE TABLE IF NOT EXISTS cursors(store_id TEXT PRIMARY KEY, after_id INTEGER, after_event INTEGER,
+    after_context REAL);
+CREATE TABLE IF NOT EXISTS records(store_id TEXT, id INTEGER, ts REAL, model TEXT, version TEXT, backend TEXT,
+    accelerator TEXT, shape TEXT, queue_ms REAL, infer_ms REAL, pre_ms REAL, post_ms REAL, outcome TEXT, error TEXT,
+    PRIMARY KEY(store_id, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_model_ts ON records(model, ts);
+CREATE TABLE IF NOT EXISTS events(store_id TEXT, id INTEGER, ts REAL, kind TEXT, model TEXT, version TEXT,
+    detail TEXT, PRIMARY KEY(store_id, id));
+CREATE TABLE IF NOT EXISTS context(store_id TEXT, ts REAL, load1 REAL, mem_available_mb REAL, temp_c REAL,
+    PRIMARY KEY(store_id, ts));
+CREATE TABLE IF NOT EXISTS lab(store_id TEXT, model TEXT, version TEXT, ts REAL, p50_ms REAL, p99_ms REAL,
+    report TEXT, PRIMARY KEY(store_id, model, version, ts));
+"""
+REGRESSION = 0.10   # a new version whose field p50 is more than 10 % above the previous one is flagged
+MIN_SAMPLES = 20
+
+
+class FieldStore:
+    def __init__(self, path=None):
+        self.path = Path(path) if path else cache_root() / "field.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(self.path), isolation_level=None)
+            if self.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("integrity check failed")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(DDL)
+        except sqlite3.DatabaseError as e:
+            raise EdgekitError(f"field store {self.path} is unreadable ({e}); it was left untouched. Move it aside "
+                               "to start a new one, or pass --store") from None
+
+    def close(self):
+        self.db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def count(self):
+        return self.db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+
+    # -- writing -------------------------------------------------------------------
+    def _device(self, store_id, name, info, transport, root):
+        self.db.execute(
+            "INSERT INTO devices VALUES (?,?,?,?,?,?,?) ON CONFLICT(store_id) DO UPDATE SET name=excluded.name, "
+            "hostname=excluded.hostname, machine=excluded.machine, transport=excluded.transport, root=excluded.root, "
+            "last_pull=excluded.last_pull",
+            (store_id, name, info.get("hostname"), info.get("machine"), transport, root, time.time()))
+
+    def cursor(self, store_id):
+        row = self.db.execute("SELECT after_id, after_event, after_context FROM cursors WHERE store_id=?",
+                              (store_id,)).fetchone()
+        return row or (0, 0, 0.0)
+
+    def store_batch(self, batch, name, transport, root):
+        """Write one pulled batch and move the cursor past it, atomically. Returns rows added."""
+        sid = batch["store_id"]
+        after_id, after_event, after_context = self.cursor(sid)
+        recs, events, ctx = batch["records"], batch["events"], batch["context"]
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._device(sid, name, batch.get("device", {}), transport, root)
+            before = db.total_changes
+            db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           [(sid, *r) for r in recs])
+            added = db.total_changes - before
+            db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?)", [(sid, *e) for e in events])
+            db.executemany("INSERT OR IGNORE INTO context VALUES (?,?,?,?,?)", [(sid, *c) for c in ctx])
+            new = (recs[-1][0] if recs else after_id, events[-1][0] if events else after_event,
+                   ctx[-1][0] if ctx else after_context)
+            db.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?)", (sid, *new))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return added
+
+    def record_lab(self, store_id, report):
+        lat = report["latency_ms"]
+        self.db.execute("INSERT OR REPLACE INTO lab VALUES (?,?,?,?,?,?,?)",
+                        (store_id, report.get("name"), report.get("bundle_id"), time.time(), lat["p50"], lat["p99"],
+                         json.dumps(report)))
+
+
+def pull(device, store, name=None, batch_size=5000, on_batch=None):
+    """Fetch everything ``device`` recorded since the last pull into ``store``."""
+    if device.client is None:
+        device.ensure_agent()
+    health = device.call("reading the agent's state", device.client.health)
+    tele = health.get("telemetry", {})
+    if not tele.get("ok"):
+        raise EdgekitError(f"{device.transport.description}: the device's telemetry store is not usable: "
+                           f"{tele.get('error')}")
+    sid = tele["store_id"]
+    name = name or health["device"]["hostname"]
+    total = batches = 0
+    t0 = time.perf_counter()
+    while True:
+        after_id, after_event, after_context = store.cursor(sid)
+        path = f"/v1/telemetry?after_id={after_id}&after_event={after_event}&after_context={after_context!r}&limit={batch_size}"
+        batch = device.call("pulling records", device.client.request, "GET", path)
+        if batch["store_id"] != sid:
+            raise EdgekitError(f"{device.transport.description}: the telemetry store changed during the pull; pull again")
+        if batch.get("oldest_id") and after_id and batch["oldest_id"] > after_id + 1:
+            lost = batch["oldest_id"] - after_id - 1
+            (on_batch or (lambda *a: None))("gap", lost)
+        total += store.store_batch(batch, name, device.transport.description, device.root)
+        batches += 1
+        if on_batch:
+            on_batch("batch", total)
+        if not batch["more"]:
+            break
+    seconds = time.perf_counter() - t0
+    return {"device": name, "store_id": sid, "added": total, "batches": batches, "seconds": round(seconds, 3),
+            "records_per_s": round(total / seconds, 1) if seconds > 0 else None, "stored_total": store.count()}
+
+
+# -- reporting -------------------------------------------------------------------------
+def parse_since(text):
+    """``7d``, ``12h``, ``30m``, ``90s`` -> seconds."""
+    if not text:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    try:
+        return float(text[:-1]) * units[text[-1]]
+    except (KeyError, ValueError):
+        raise EdgekitError(f"bad --since {text!r}: use a number with s, m, h, d or w (e.g. 7d)") from None
+
+
+def _percentiles(values):
+    if len(values) == 0:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+
+def _timeline(ts, ms, points=60):
+    """p50/p99 in equal time buckets (at most ``points``)."""
+    if len(ts) == 0:
+        return []
+    lo, hi = float(ts.min()), float(ts.max())
+    width = max((hi - lo) / points, 1.0)
+    idx = ((ts - lo) // width).astype(int)
+    out = []
+    order = np.argsort(idx, kind="stable")
+    idx, ms_sorted = idx[order], ms[order]
+    bounds = np.flatnonzero(np.diff(idx)) + 1
+    for chunk_i, chunk_ms in zip(np.split(idx, bounds), np.split(ms_sorted, bounds)):
+        p50, p99 = np.percentile(chunk_ms, [50, 99])
+        out.append({"t": lo + (int(chunk_i[0]) + 0.5) * width, "p50": float(p50), "p99": float(p99),
+                    "count": int(len(chunk_ms))})
+    return out
+
+
+def _histogram(ms, bins=40):
+    if len(ms) == 0:
+        return {"edges": [], "counts": []}
+    lo, hi = max(float(ms.min()), 1e-3), max(float(ms.max()), 1e-3)
+    edges = np.geomspace(lo * 0.999, hi * 1.001 if hi > lo else lo * 1.5, bins + 1)
+    counts, _ = np.histogram(ms, edges)
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def report(store, model=None, since=None, now=None):
+    """Per device, model version and backend: field latency, throughput, errors, lab beside field, regressions."""
+    now = now or time.time()
+    where, args = [], []
+    if model:
+        where.append("model = ?")
+        args.append(model)
+    since_s = parse_since(since) if isinstance(since, str) else since
+    if since_s:
+        where.append("ts >= ?")
+        args.append(now - since_s)
+    sql = ("SELECT store_id, model, version, backend, accelerator, ts, infer_ms, queue_ms, outcome FROM records"
+           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY store_id, model, version, ts")
+    rows = store.db.execute(sql, args).fetchall()
+    devices = {r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
+               for r in store.db.execute("SELECT store_id, name, hostname, machine, transport FROM devices")}
+    groups = {}
+    for r in rows:
+        groups.setdefault(r[:3], []).append(r)
+    entries = []
+    for (sid, mdl, version), grp in groups.items():
+        ts = np.array([g[5] for g in grp], dtype=np.float64)
+        ok = np.array([g[8] == "ok" for g in grp])
+        infer = np.array([g[6] if g[6] is not None else np.nan for g in grp], dtype=np.float64)
+        queue = np.array([g[7] if g[7] is not None else np.nan for g in grp], dtype=np.float64)
+        ok_ms = infer[ok & ~np.isnan(infer)]
+        span = float(ts.max() - ts.min()) if len(ts) > 1 else 0.0
+        backends = sorted({g[3] for g in grp if g[3]})
+        accelerators = sorted({g[4] for g in grp if g[4]})
+        lab = store.db.execute("SELECT p50_ms, p99_ms, ts FROM lab WHERE store_id=? AND model=? AND version=? "
+                               "ORDER BY ts DESC LIMIT 1", (sid, mdl, version)).fetchone()
+        field = _percentiles(ok_ms)
+        entry = {
+            "device": devices.get(sid, {}).get("name", sid[:8]), "store_id": sid, "model": mdl, "version": version,
+            "backend": ",".join(backends), "accelerator": ",".join(accelerators),
+            "requests": len(grp), "ok": int(ok.sum()), "errors": int((~ok).sum()),
+            "error_rate": float((~ok).mean()), "first_ts": float(ts.min()), "last_ts": float(ts.max()),
+            "throughput_rps": (len(grp) / span) if span > 0 else None,
+            "latency_ms": field,
+            "queue_ms": _percentiles(queue[ok & ~np.isnan(queue)]),
+            "lab": {"p50_ms": lab[0], "p99_ms": lab[1], "ts": lab[2]} if lab else None,
+            "drift": (field["p50"] / lab[0] - 1.0) if (lab and field["p50"]) else None,
+            "timeline": _timeline(ts[ok & ~np.isnan(infer)], ok_ms),
+            "histogram": _histogram(ok_ms),
+        }
+        entries.append(entry)
+    events = [dict(zip(("store_id", "ts", "kind", "model", "version"), e)) for e in store.db.execute(
+        "SELECT store_id, ts, kind, model, version FROM events WHERE kind IN ('install', 'rollback') ORDER BY ts")]
+    regressions = []
+    by_device_model = {}
+    for e in entries:
+        by_device_model.setdefault((e["store_id"], e["model"]), []).append(e)
+    for (sid, mdl), versions in by_device_model.items():
+        installed = {ev["version"]: ev["ts"] for ev in events if ev["store_id"] == sid and ev["model"] == mdl}
+        versions.sort(key=lambda v: installed.get(v["version"], v["first_ts"]))
+        for before, after in zip(versions, versions[1:]):
+            if before["ok"] < MIN_SAMPLES or after["ok"] < MIN_SAMPLES:
+                continue
+            change = after["latency_ms"]["p50"] / before["latency_ms"]["p50"] - 1.0
+            if change > REGRESSION:
+                regressions.append({"device": after["device"], "model": mdl, "from": before["version"],
+                                    "to": after["version"], "p50_before_ms": before["latency_ms"]["p50"],
+                                    "p50_after_ms": after["latency_ms"]["p50"], "change": change})
+    ctx = {}
+    for sid, load1, mem, temp in store.db.execute(
+            "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM context GROUP BY store_id"):
+        ctx[devices.get(sid, {}).get("name", sid[:8])] = {"load1_avg": load1, "mem_available_mb_min": mem,
+                                                          "temp_c_max": temp}
+    return {"schema": "edgekit.field-report", "schema_version": 1, "generated": now, "model": model,
+            "since": since, "records": len(rows), "entries": entries, "regressions": regressions,
+            "events": events, "device_context": ctx}
+
+
+def report_text(r):
+    lines = [f"edgekit field report: {r['records']} requests"
+             + (f" of {r['model']}" if r["model"] else "") + (f" in the last {r['since']}" if r["since"] else "")]
+    header = f"  {'device':<16} {'model':<22} {'version':<17} {'accelerator':<22} {'reqs':>7} {'err%':>6} " \
+             f"{'p50':>8} {'p90':>8} {'p99':>8} {'lab p50':>8} {'drift':>7} {'req/s':>7}"
+    lines.append(header)
+    for e in r["entries"]:
+        lat = e["latency_ms"]
+        fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"
+        lab = e["lab"]["p50_ms"] if e["lab"] else None
+        drift = f"{100 * e['drift']:+6.1f}%" if e["drift"] is not None else f"{'-':>7}"
+        rps = f"{e['throughput_rps']:7.1f}" if e["throughput_rps"] else f"{'-':>7}"
+        lines.append(f"  {e['device'][:16]:<16} {e['model'][:22]:<22} {e['version'][:17]:<17} "
+                     f"{e['accelerator'][:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
+                     f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}")
+    for g in r["regressions"]:
+        lines.append(f"  REGRESSION on {g['device']}: {g['model']} {g['from']} -> {g['to']}: p50 "
+                     f"{g['p50_before_ms']:.3f} -> {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)")
+    lines.append("  latencies in ms, measured by the agent around the runtime call; lab = edgekit deploy's benchmark "
+                 "of the same bundle on the same device")
+    return "\n".join(lines) + "\n"
