@@ -36,8 +36,8 @@ def _quiet():
 class _Reader:
     """onnxruntime.quantization CalibrationDataReader over a Dataset."""
 
-    def __init__(self, dataset, limit=256):
-        self._it = iter(dataset.samples[:limit])
+    def __init__(self, dataset):
+        self._it = iter(dataset.samples)
 
     def get_next(self):
         return next(self._it, None)
@@ -115,7 +115,7 @@ class OrtBackend(Backend):
             sections["quantization"] = {
                 "method": "static", "format": "QDQ", "per_channel": True, "activations": "uint8",
                 "weights": "int8", "reduce_range": reduce_range, "calibration": "minmax",
-                "calibration_samples": min(len(ctx.calib), 256),
+                "calibration_samples": len(ctx.calib),
             }
             ctx.check("int8 static quantization (QDQ, per-channel)", model_path)
         elif ctx.precision == "int8-dynamic":
@@ -172,8 +172,13 @@ class OrtBackend(Backend):
             from edgekit.errors import BackendUnavailable
 
             raise BackendUnavailable("fp16 conversion needs onnxconverter-common: pip install 'edgekit[fp16]'") from None
-        with _quiet():
-            m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        from edgekit.errors import ConversionError
+
+        try:
+            with _quiet():
+                m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        except Exception as e:  # onnxconverter-common raises plain exceptions
+            raise ConversionError(f"fp16 conversion failed: {type(e).__name__}: {e}") from e
         onnx.save(m, str(dst))
         return dst
 
@@ -260,10 +265,12 @@ class OrtBackend(Backend):
 
     @staticmethod
     def _required_ops_from_onnx(proto):
+        from edgekit.model import operator_set
+
         opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
         by_domain = {}
-        for n in proto.graph.node:
-            by_domain.setdefault(n.domain or "ai.onnx", set()).add(n.op_type)
+        for op in operator_set(proto):  # subgraphs (If, Loop) included
+            by_domain.setdefault(op["domain"], set()).add(op["op"])
         lines = ["# required operators of the ONNX model (domain;opset;ops)"]
         for domain in sorted(by_domain):
             lines.append(f"{domain};{opsets.get(domain, 1)};{','.join(sorted(by_domain[domain]))}")
@@ -283,9 +290,12 @@ class OrtBackend(Backend):
         # As ORT's checker does: basic optimizations first (constant folding), as a mobile session would.
         with tempfile.TemporaryDirectory() as tmp:
             optimized = Path(tmp) / "basic.onnx"
-            with _quiet():
-                optimize_model(Path(onnx_path), optimized, use_external_initializers=True)
-            model = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
+            try:
+                with _quiet():
+                    optimize_model(Path(onnx_path), optimized, use_external_initializers=True)
+                model = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
+            except Exception as e:  # report, don't fail the build: it is advice about other providers
+                return {"error": f"ORT's usability checker could not analyse the model: {e}"}
         checks = {
             "NNAPI": lambda m: uc.check_nnapi_partitions(m, True),
             "CoreML MLProgram": lambda m: uc.check_coreml_partitions(m, True, "coreml_supported_mlprogram_ops.md"),

@@ -43,6 +43,7 @@ def main(argv=None):
     b.add_argument("--threads", type=int)
     b.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--no-placement", action="store_true", help="skip the profiled run that counts nodes per accelerator")
     sub.add_parser("version")
     args = p.parse_args(argv)
 
@@ -58,7 +59,8 @@ def main(argv=None):
         from .runners import RunnerError, RuntimeMissing
 
         try:
-            return main_bench(args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json)
+            return main_bench(args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json,
+                              not args.no_placement)
         except RuntimeMissing as e:
             sys.stderr.write("error: %s\n" % e)
             return 3
@@ -73,8 +75,10 @@ def main(argv=None):
                              warmup_on_load=args.warmup_on_load, flush_interval=args.flush_interval,
                              context_interval=args.context_interval)
         host, port = server.server_address[:2]
-        state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__,
-                 "root": server.agent.store.root, "auth": bool(server.agent.token)}
+        from .daemon import own_zip_sha256
+
+        state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__, "zip_sha256": own_zip_sha256(),
+                 "root": server.agent.store.root, "root_arg": args.root, "auth": bool(server.agent.token)}
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         write_state(args.root, state)
         sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))

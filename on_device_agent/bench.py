@@ -89,6 +89,38 @@ def load_inputs(bundle_dir, manifest):
     return feeds, True
 
 
+def compare_expected(bundle_dir, outputs, min_cosine=0.99):
+    """The device's outputs for the bundle's sample against what the build machine computed with the same
+    model file: catches runtimes that quietly compute garbage (kernels for another CPU, broken delegates)."""
+    import numpy as np
+
+    path = os.path.join(bundle_dir, "expected_outputs.npz")
+    if not os.path.isfile(path):
+        return None
+    worst_cos, worst_abs, problems = 1.0, 0.0, []
+    with np.load(path, allow_pickle=False) as z:
+        for name in z.files:
+            want = z[name].astype(np.float64).ravel()
+            if name not in outputs:
+                problems.append("output %s missing" % name)
+                continue
+            got = np.asarray(outputs[name]).astype(np.float64).ravel()
+            if got.shape != want.shape:
+                problems.append("output %s has %d values, expected %d" % (name, got.size, want.size))
+                continue
+            if not np.all(np.isfinite(got)):
+                problems.append("output %s has NaN/Inf" % name)
+                continue
+            na, nb = np.linalg.norm(got), np.linalg.norm(want)
+            cos = 1.0 if na == nb == 0 else (float(np.dot(got, want) / (na * nb)) if na and nb else 0.0)
+            worst_cos = min(worst_cos, cos)
+            worst_abs = max(worst_abs, float(np.max(np.abs(got - want))) if got.size else 0.0)
+    if worst_cos < min_cosine:
+        problems.append("cosine %.6f to the build machine's outputs (< %s)" % (worst_cos, min_cosine))
+    return {"passed": not problems, "cosine": worst_cos, "max_abs": worst_abs, "min_cosine": min_cosine,
+            "detail": "; ".join(problems) or "matches the build machine's outputs"}
+
+
 def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
     import sys
 
@@ -103,7 +135,7 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
     rss_before = rss_mb()
     runner.load()
     t0 = time.perf_counter()
-    runner.run(feeds)
+    first_outputs = runner.run(feeds)
     first_ms = (time.perf_counter() - t0) * 1000.0
     for _ in range(max(0, warmup)):
         runner.run(feeds)
@@ -133,6 +165,12 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
         "measured_by": "edgekit-agent one-shot bench (fresh process)",
     }
     report.update(runner.describe())
+    check = compare_expected(bundle_dir, first_outputs)
+    if check is not None:
+        report["device_fidelity"] = check
+        if not check["passed"]:
+            report["warnings"] = report.get("warnings", []) + [
+                "the device's outputs differ from the build machine's for the same model and input: " + check["detail"]]
     if placement:
         counts = runner.placement(feeds)
         if counts:
@@ -142,10 +180,10 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
     return report
 
 
-def main_bench(bundle_dir, runs, warmup, threads, providers, as_json):
+def main_bench(bundle_dir, runs, warmup, threads, providers, as_json, placement=True):
     with open(os.path.join(bundle_dir, "manifest.json")) as f:
         manifest = json.load(f)
-    report = run_bench(bundle_dir, manifest, runs, warmup, threads, providers)
+    report = run_bench(bundle_dir, manifest, runs, warmup, threads, providers, placement)
     if as_json:
         print(json.dumps(report))
     else:

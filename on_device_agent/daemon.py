@@ -76,9 +76,35 @@ def _healthy(state, timeout=2.0):
         return False
 
 
+def _is_agent(state):
+    """The pid in the state file is this root's agent (not a reused pid after a crash or reboot)."""
+    pid = state.get("pid", -1)
+    if not alive(pid):
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().decode("utf-8", "replace").split("\0")
+        return "serve" in argv and any(a in argv for a in (state.get("root"), state.get("root_arg")))
+    except OSError:  # no /proc (macOS): ask the server itself
+        return _healthy(state)
+
+
+def own_zip_sha256():
+    """sha256 of the zipapp this agent runs from (None when not run from one)."""
+    from .server import self_command
+
+    cmd = self_command()
+    if len(cmd) == 2 and cmd[1].endswith(".pyz"):
+        import hashlib
+
+        with open(cmd[1], "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    return None
+
+
 def status(root):
     state = read_state(root)
-    if state and alive(state.get("pid", -1)) and _healthy(state):
+    if state and _is_agent(state) and _healthy(state):
         state["running"] = True
         return state
     return {"running": False, "root": os.path.abspath(os.path.expanduser(root))}
@@ -86,7 +112,7 @@ def status(root):
 
 def stop(root, timeout=10.0):
     state = read_state(root)
-    if not state or not alive(state.get("pid", -1)):
+    if not state or not _is_agent(state):
         return {"stopped": False, "reason": "not running"}
     pid = state["pid"]
     os.kill(pid, signal.SIGTERM)
@@ -105,7 +131,8 @@ def stop(root, timeout=10.0):
 def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=()):
     current = status(root)
     if current.get("running"):
-        if current.get("version") == __version__ and current.get("host") == host and (not port or current.get("port") == port):
+        same_code = current.get("zip_sha256") == own_zip_sha256() and current.get("version") == __version__
+        if same_code and current.get("host") == host and (not port or current.get("port") == port):
             current["started"] = False
             return current
         stop(root)

@@ -418,27 +418,42 @@ def infer(h, name):
     return meta
 
 
-@route("POST", "/v1/models/([^/]+)/bench")
-def bench(h, name):
-    body = h.json_body()
-    version, bundle_dir, manifest = h.agent.store.current(name)
-    cmd = self_command() + ["bench", "--bundle", bundle_dir, "--json",
-                            "--runs", str(int(body.get("runs") or 100)), "--warmup", str(int(body.get("warmup") or 0))]
-    if body.get("threads"):
-        cmd += ["--threads", str(int(body["threads"]))]
-    for p in body.get("providers") or []:
+def one_shot_bench(bundle_dir, runs, warmup, threads=None, providers=None, timeout=600.0, placement=True):
+    """Run ``bench`` in a fresh process on this device (clean peak RSS, real cold start)."""
+    cmd = self_command() + ["bench", "--bundle", bundle_dir, "--json", "--runs", str(runs), "--warmup", str(warmup)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    for p in providers or []:
         cmd += ["--provider", str(p)]
-    timeout = float(body.get("timeout_s") or 600)
+    if not placement:
+        cmd.append("--no-placement")
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise HTTPError(504, "benchmark of %s did not finish within %.0f s" % (name, timeout))
+        raise HTTPError(504, "the benchmark did not finish within %.0f s" % timeout)
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        status = 501 if proc.returncode == 3 else 500
-        raise HTTPError(status, "benchmark of %s failed: %s" % (name, err[-1] if err else "exit %d" % proc.returncode))
-    lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-    report = json.loads(lines[-1])
+        raise HTTPError(501 if proc.returncode == 3 else 500, err[-1] if err else "exit %d" % proc.returncode)
+    return json.loads(proc.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+
+
+@route("POST", "/v1/models/([^/]+)/bench")
+def bench(h, name):
+    body = h.json_body()
+    try:
+        runs, warmup = int(body.get("runs") or 100), int(body.get("warmup") or 0)
+        threads = int(body["threads"]) if body.get("threads") else None
+        timeout = float(body.get("timeout_s") or 600)
+        providers = [str(p) for p in body.get("providers") or []]
+    except (TypeError, ValueError):
+        raise HTTPError(400, "runs, warmup and threads must be integers, timeout_s a number, providers a list")
+    if runs < 1 or warmup < 0:
+        raise HTTPError(400, "runs must be >= 1 and warmup >= 0")
+    version, bundle_dir, manifest = h.agent.store.current(name)
+    try:
+        report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
+    except HTTPError as e:
+        raise HTTPError(e.status, "benchmark of %s failed: %s" % (name, e))
     report["version"] = version
     return report
 
@@ -468,10 +483,23 @@ def upload_file(h, name, version, filename):
         raise
 
 
+def _verify_loads(staging, manifest):
+    """Load the staged bundle and run its sample once, in a fresh process, before it may serve."""
+    try:
+        report = one_shot_bench(staging, 1, 0, placement=False, timeout=300)
+    except HTTPError as e:
+        raise StoreError("version %s does not run on this device (%s); it was not installed and the model keeps "
+                         "serving what it served before" % (manifest.get("id"), e), 422)
+    check = report.get("device_fidelity") or {}
+    if check.get("passed") is False:
+        raise StoreError("version %s runs on this device but its outputs differ from the reference outputs the "
+                         "build recorded (%s); it was not installed" % (manifest.get("id"), check.get("detail")), 422)
+
+
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
 def commit(h, name, version):
-    h.body()
-    result = h.agent.store.commit(name, version)
+    body = h.json_body()
+    result = h.agent.store.commit(name, version, verify=_verify_loads if body.get("verify") else None)
     if h.agent.recorder:
         h.agent.recorder.event("install", name, version, {"previous": result["previous"]})
     return result

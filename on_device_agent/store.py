@@ -16,7 +16,8 @@ import re
 import shutil
 import threading
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+RESERVED = ("manifest.json",)
 KEEP_VERSIONS = 3
 CHUNK = 1 << 16
 
@@ -38,9 +39,27 @@ def sha256_file(path):
 
 
 def check_name(kind, value):
-    if not NAME_RE.match(value or ""):
+    if not isinstance(value, str) or not NAME_RE.match(value) or ".." in value:
         raise StoreError("invalid %s %r: use letters, digits, '.', '_' and '-'" % (kind, value))
     return value
+
+
+def check_manifest(manifest):
+    """The manifest decides which files the store writes and loads: check every name in it."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list) or not manifest["files"]:
+        raise StoreError("manifest must be an object with a non-empty 'files' list")
+    names = []
+    for f in manifest["files"]:
+        if not isinstance(f, dict) or not {"name", "size", "sha256"} <= set(f):
+            raise StoreError("each manifest file needs name, size and sha256")
+        check_name("file name", f["name"])
+        if f["name"] in RESERVED or f["name"].endswith(".part"):
+            raise StoreError("file name %r is reserved" % f["name"])
+        if not isinstance(f["size"], int) or f["size"] < 0 or not re.match(r"[0-9a-f]{64}\Z", str(f["sha256"])):
+            raise StoreError("file %r: size must be a non-negative integer and sha256 64 hex digits" % f["name"])
+        names.append(f["name"])
+    if manifest.get("model") not in names:
+        raise StoreError("manifest 'model' must name one of its files")
 
 
 class Store(object):
@@ -58,12 +77,7 @@ class Store(object):
     def begin(self, name, version, manifest):
         """Start (or resume) an upload. Returns the files still needed."""
         check_name("version", version)
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-            raise StoreError("manifest must be an object with a 'files' list")
-        for f in manifest["files"]:
-            if not isinstance(f, dict) or not {"name", "size", "sha256"} <= set(f):
-                raise StoreError("each manifest file needs name, size and sha256")
-            check_name("file name", f["name"])
+        check_manifest(manifest)
         if manifest.get("id") and manifest["id"] != version:
             raise StoreError("manifest id %r does not match version %r" % (manifest.get("id"), version))
         with self._lock:
@@ -123,19 +137,23 @@ class Store(object):
         os.replace(part, os.path.join(staging, filename))
         return {"file": filename, "verified": True}
 
-    def commit(self, name, version):
-        """Verify every staged file again, move the bundle into place, switch ``current``."""
+    def commit(self, name, version, verify=None):
+        """Verify every staged file again, optionally check that the bundle loads (``verify(dir,
+        manifest)`` raises StoreError if not), move it into place, switch ``current``."""
         with self._lock:
             model_dir = self._model_dir(name)
             final = os.path.join(model_dir, "versions", version)
             if not os.path.isdir(final):
                 staging, manifest = self._staged_manifest(name, version)
+                check_manifest(manifest)
                 for entry in manifest["files"]:
                     p = os.path.join(staging, entry["name"])
                     if not os.path.isfile(p):
                         raise StoreError("cannot commit %s %s: %s was never received" % (name, version, entry["name"]), 409)
                     if sha256_file(p) != entry["sha256"]:
                         raise StoreError("cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422)
+                if verify is not None:
+                    verify(staging, manifest)
                 if not os.path.isdir(os.path.dirname(final)):
                     os.makedirs(os.path.dirname(final))
                 os.rename(staging, final)

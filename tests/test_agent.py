@@ -233,3 +233,72 @@ def test_openapi_documents_every_route():
         for name in ("name", "version", "file"):
             p = p.replace("([^/]+)", "{%s}" % name, 1)
         assert (method, p) in documented, (method, p)
+
+
+def test_a_version_that_does_not_run_is_not_installed(deployed, tiny_bundle):
+    """The agent loads and runs a staged version before it may serve; a broken one leaves the old in place."""
+    import hashlib
+
+    c = deployed.client
+    current = c.models()[0]["version"]
+    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
+    garbage = b"this is not a model" * 100
+    manifest["files"] = [f for f in manifest["files"] if f["name"] != "model.onnx"] + [
+        {"name": "model.onnx", "role": "model", "size": len(garbage), "sha256": hashlib.sha256(garbage).hexdigest()}]
+    manifest["id"] = "broken000000001"
+    for f in c.begin_upload("tiny", manifest["id"], manifest)["missing"]:
+        c.put_file("tiny", manifest["id"], f, garbage if f == "model.onnx" else (tiny_bundle / f).read_bytes())
+    with pytest.raises(AgentHTTPError) as e:
+        c.commit("tiny", manifest["id"], verify=True)
+    assert e.value.status == 422 and "does not run on this device" in e.value.message
+    assert c.models()[0]["version"] == current
+    c.infer("tiny", {"input": np.zeros((1, 3, 16, 16), np.float32)})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"model": "/etc/passwd"}, "'model' must name one of its files"),
+    ({"files": [{"name": "manifest.json", "size": 1, "sha256": "0" * 64}], "model": "manifest.json"}, "reserved"),
+    ({"files": [{"name": "a\n", "size": 1, "sha256": "0" * 64}], "model": "a\n"}, "invalid file name"),
+    ({"files": [{"name": "..", "size": 1, "sha256": "0" * 64}], "model": ".."}, "invalid file name"),
+    ({"files": [{"name": "x.onnx", "size": -1, "sha256": "0" * 64}], "model": "x.onnx"}, "size must be"),
+])
+def test_manifest_names_are_checked(deployed, tiny_bundle, change, message):
+    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
+    manifest.update(change)
+    manifest.pop("id")
+    with pytest.raises(AgentHTTPError) as e:
+        deployed.client.begin_upload("tiny", "v-evil", manifest)
+    assert e.value.status == 400 and message in e.value.message
+
+
+def test_stop_never_kills_a_process_that_is_not_the_agent(tmp_path):
+    pyz = _zipapp(tmp_path)
+    root = tmp_path / "r"
+    (root / "agent").mkdir(parents=True)
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        (root / "agent" / "state.json").write_text(json.dumps({"pid": victim.pid, "host": "127.0.0.1", "port": 9,
+                                                               "root": str(root)}))
+        p = subprocess.run([sys.executable, str(pyz), "stop", "--root", str(root)], capture_output=True, text=True)
+        assert json.loads(p.stdout)["stopped"] is False
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_new_agent_replaces_the_running_one(local_device, tiny_bundle, monkeypatch):
+    from edgekit.deployer import deploy
+
+    deploy(tiny_bundle, local_device, bench=False)
+    old_pid = local_device.state["pid"]
+    monkeypatch.setattr(agent_package, "MAIN", agent_package.MAIN + "# another build of the agent\n")
+    deploy(tiny_bundle, local_device, bench=False)
+    assert local_device.state["pid"] != old_pid and local_device.state["started"]
+    out = local_device.client.infer("tiny", {"input": np.zeros((1, 3, 16, 16), np.float32)})
+    assert out["probs"].shape == (1, 10)
+
+
+def test_device_compares_its_outputs_with_the_build_machine(deployed):
+    r = deployed.bench("tiny", runs=3, warmup=0)
+    assert r["device_fidelity"]["passed"] and r["device_fidelity"]["cosine"] > 0.9999

@@ -22,7 +22,7 @@ def test_fp32_bundle_for_host(tmp_path, tiny_model, tiny_calib):
     assert m["backend"] == "ort" and m["precision"] == "fp32" and m["profile"] == "host"
     assert m["format"] == "onnx" and m["model"] == "model.onnx"
     assert m["inputs"] == [{"name": "input", "shape": [1, 3, 16, 16], "dtype": "float32", "layout": "NCHW"}]
-    assert {f["role"] for f in m["files"]} == {"model", "required_operators", "sample_inputs"}
+    assert {f["role"] for f in m["files"]} == {"model", "required_operators", "sample_inputs", "expected_outputs"}
     assert m["source"]["sha256"] and m["runtime"]["name"] == "onnxruntime"
     assert {o["op"] for o in m["ops"]} >= {"Conv", "Relu", "Gemm", "Softmax"}
     # the report: fidelity measured on the real calibration samples

@@ -107,3 +107,64 @@ def test_reports_match_the_published_schema(tiny_bundle, tmp_path):
         jsonschema.validate(r, s)
     finally:
         stop_agent(sys.executable, root)
+
+
+def test_output_that_is_a_file(tmp_path, tiny_model):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    p = run_cli("build", tiny_model, "--profile", "host", "-o", f)
+    assert p.returncode == 1 and "is a file" in p.stderr and "Traceback" not in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--preprocess", "scale=1/0"], "bad --preprocess value"),
+    (["--preprocess", "resize=0x0"], "bad --preprocess value"),
+    (["--preprocess", "mean=0.1,0.2"], "mean has 2 values"),
+])
+def test_bad_preprocessing(tmp_path, tiny_model, args, message):
+    from PIL import Image
+
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (16, 16)).save(tmp_path / "imgs" / "a.png")
+    p = run_cli("build", tiny_model, "--profile", "host", "--calib", tmp_path / "imgs", *args, "-o", tmp_path / "o")
+    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bad_data_values(tmp_path, tiny_model):
+    import numpy as np
+
+    x = np.ones((4, 3, 16, 16), np.float32)
+    x[0, 0, 0, 0] = np.nan
+    np.savez(tmp_path / "nan.npz", input=x)
+    p = run_cli("build", tiny_model, "--profile", "host", "--calib", tmp_path / "nan.npz", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "NaN" in p.stderr
+    np.savez(tmp_path / "lab.npz", input=np.ones((4, 3, 16, 16), np.float32), labels=np.array([0.5, 1, 2, 3]))
+    p = run_cli("build", tiny_model, "--profile", "host", "--calib", tmp_path / "lab.npz", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "integer class indices" in p.stderr
+
+
+def test_bad_ssh_target(tiny_bundle):
+    p = run_cli("deploy", tiny_bundle, "--ssh", "pi@host:abc")
+    assert p.returncode == 4 and "bad SSH port" in p.stderr
+
+
+def test_bundle_from_a_profile_file_deploys(tmp_path, tiny_model):
+    from edgekit import profiles
+
+    text = (profiles.resources.files("edgekit.device_profiles") / "raspberrypi5.toml").read_text()
+    board = tmp_path / "myboard.toml"
+    board.write_text(text.replace('name = "raspberrypi5"', 'name = "myboard"'))
+    run_cli("build", tiny_model, "--profile", board, "--precision", "fp32", "-o", tmp_path / "b", "-q", check=0)
+    root = tmp_path / "dev"
+    try:
+        r = one_json(run_cli("deploy", tmp_path / "b", "--device-root", root, "--runs", 3, "--json", check=0).stdout)
+        assert r["profile"] == "myboard" and any("built for myboard (aarch64)" in w for w in r["warnings"])
+    finally:
+        stop_agent(sys.executable, root)
+
+
+def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):
+    run_cli("build", tiny_model, "--profile", "iphone-15-pro", "--precision", "fp32", "-o", tmp_path / "i", "-q", check=0)
+    p = run_cli("deploy", tmp_path / "i", "--device-root", tmp_path / "dev")
+    assert p.returncode == 4 and "build-only" in p.stderr and "--profile host" in p.stderr

@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__, cache, fidelity
 from . import bundle as bundle_mod
 from . import converters, profiles
@@ -60,6 +62,23 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
     return report
 
 
+def _reference_outputs(be, reference_path, dataset):
+    """Run the reference; refuse models the runtime cannot run and inputs that make it produce NaN."""
+    from .errors import ModelError
+
+    try:
+        outputs = be.predict(reference_path, dataset.samples)
+    except Exception as e:  # the runtime's own exception types (e.g. onnxruntime's Fail, InvalidGraph)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{be.runtime} cannot run the reference model on this machine: {first}") from None
+    for name, value in outputs[0].items():
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f" and not all(np.all(np.isfinite(o[name])) for o in outputs):
+            raise ModelError(f"the reference model itself outputs NaN/Inf for {name} on the "
+                             f"{'synthetic' if dataset.synthetic else 'given'} inputs; check the data's range and preprocessing")
+    return outputs
+
+
 def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=30):
     """Interleaved p50s of the reference and the built model on this machine; median over rounds."""
     ref, built = be.runner(reference_path, threads), be.runner(built_path, threads)
@@ -93,6 +112,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
         input_shapes = parse_input_shapes(input_shapes)
     if backend not in prof.data["runtimes"]["ranked"]:
         raise ProfileError(f"profile {prof.name} does not run backend {backend!r}; it runs: {', '.join(prof.data['runtimes']['ranked'])}")
+    bundle_mod.check_output(output)
 
     src = load_model(model, input_shapes)
     calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
@@ -118,15 +138,19 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     if hit:
         log(f"unchanged inputs: reusing cached build {cache_key[:12]}")
         staged = bundle_mod.staging_dir(output)
-        shutil.rmtree(staged)
-        shutil.copytree(hit, staged)
-        report = json.loads((staged / bundle_mod.REPORT_JSON).read_text())
-        report["cache"] = {"hit": True, "key": cache_key}
-        report["build_seconds"] = round(time.perf_counter() - t0, 3)
-        report["output"] = str(output)
-        bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
-        (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
-        bundle_mod.replace_dir(staged, output)
+        try:
+            shutil.rmtree(staged)
+            shutil.copytree(hit, staged)
+            report = json.loads((staged / bundle_mod.REPORT_JSON).read_text())
+            report["cache"] = {"hit": True, "key": cache_key}
+            report["build_seconds"] = round(time.perf_counter() - t0, 3)
+            report["output"] = str(output)
+            bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
+            (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+            bundle_mod.replace_dir(staged, output)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
         return report
 
     work = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
@@ -134,11 +158,13 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
         reference_path = src.save(work / "reference.onnx")
         log(f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
             f"{'synthetic' if fid_ds.synthetic else 'real'} samples")
-        reference_outputs = be.predict(reference_path, fid_ds.samples)
+        reference_outputs = _reference_outputs(be, reference_path, fid_ds)
         steps = []
+        last_outputs = [reference_outputs]
 
         def check(step, model_path):
             outputs = be.predict(model_path, fid_ds.samples)
+            last_outputs[0] = outputs
             record = fidelity.check_step(step, reference_outputs, outputs, fid_ds.labels, thresholds, allow_degraded)
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
@@ -160,6 +186,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 files.append(bundle_mod.file_entry(staged / fname, fname, role))
             save_samples(fid_ds, staged / "sample_inputs.npz")
             files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
+            # What this machine computed for that sample with the final model file: the device compares.
+            np.savez(staged / "expected_outputs.npz", **last_outputs[0][0])
+            files.append(bundle_mod.file_entry(staged / "expected_outputs.npz", "expected_outputs.npz", "expected_outputs"))
 
             manifest = {
                 "schema_version": bundle_mod.MANIFEST_SCHEMA_VERSION,
@@ -175,6 +204,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "source": {"file": src.path.name, "sha256": src.sha256, "opset": src.opset},
                 "toolkit": {"name": "edgekit", "version": __version__},
                 "runtime": {"name": result.runtime, "version": result.runtime_version},
+                "profile_spec": prof.data,
                 "runner": result.runner_options,
                 "ops": result.ops,
                 "sample_inputs_synthetic": fid_ds.synthetic,
@@ -210,6 +240,8 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "source_size_bytes": src.path.stat().st_size,
                 "fidelity": {
                     "data": fid_ds.describe(),
+                    "measured_on": f"this machine ({profiles.detect_host().arch}, {be.runtime} CPU); the device "
+                                   "compares its own outputs for the sample when the bundle is installed",
                     "calibration": calib_ds.describe() if calib_ds else None,
                     "thresholds": thresholds.to_dict(),
                     "passed": not degraded,
@@ -220,7 +252,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "host_latency": host_latency,
                 "warnings": warnings + (
                     ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
-                    if fid_ds.synthetic else []),
+                    if fid_ds.synthetic else []) + (
+                    ["fidelity was measured on the calibration data itself (in-sample): pass --val with held-out data"]
+                    if calib_ds is not None and val_ds is None else []),
                 **result.sections,
                 "cache": {"hit": False, "key": cache_key},
                 "build_seconds": round(time.perf_counter() - t0, 3),
@@ -228,12 +262,12 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             }
             bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
             (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+            if use_cache:
+                cache.store(cache_key, staged)
+            bundle_mod.replace_dir(staged, output)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        if use_cache:
-            cache.store(cache_key, staged)
-        bundle_mod.replace_dir(staged, output)
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)

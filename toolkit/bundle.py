@@ -61,6 +61,15 @@ def replace_dir(staged, target):
         shutil.rmtree(old, ignore_errors=True)
 
 
+def check_output(target):
+    """Refuse, before any work, an output path that cannot become a bundle directory."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise BundleError(f"{target} is a file; -o needs a directory (a new one, or an existing bundle to replace)")
+    if target.is_dir() and not (target / MANIFEST).exists() and any(target.iterdir()):
+        raise BundleError(f"{target} exists and is not an edgekit bundle; choose another -o directory or empty it")
+
+
 def staging_dir(target):
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +99,3 @@ def load(path):
     return manifest
 
 
-def load_report(path):
-    rp = Path(path) / REPORT_JSON
-    return json.loads(rp.read_text()) if rp.is_file() else None

@@ -42,8 +42,19 @@ def key(parts):
 
 
 def lookup(k):
+    """A cached bundle whose files still match their hashes; a damaged entry is dropped."""
+    from .bundle import load
+    from .errors import BundleError
+
     d = cache_root() / "builds" / k
-    return d if (d / MANIFEST).is_file() else None
+    if not (d / MANIFEST).is_file():
+        return None
+    try:
+        load(d)
+    except BundleError:
+        shutil.rmtree(d, ignore_errors=True)
+        return None
+    return d
 
 
 def store(k, bundle_dir):

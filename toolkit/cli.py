@@ -100,9 +100,11 @@ def cmd_deploy(args):
     from .deployer import deploy
     from .report import bench_text
 
+    from .deployer import bundle_profile
+
     manifest = bundle_mod.load(args.bundle)
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
-    with _device(args, manifest["profile"]) as dev:
+    with _device(args, bundle_profile(manifest)) as dev:
         report = deploy(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
                         providers=args.provider, progress=_progress(args), log=log)
     _emit(args, report, bench_text)
@@ -114,8 +116,10 @@ def cmd_bench(args):
     from .deployer import bench
     from .report import bench_text
 
+    from .deployer import bundle_profile
+
     manifest = bundle_mod.load(args.bundle)
-    with _device(args, manifest["profile"]) as dev:
+    with _device(args, bundle_profile(manifest)) as dev:
         report = bench(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
                        providers=args.provider)
     _emit(args, report, bench_text)
@@ -132,6 +136,10 @@ def cmd_agent(args):
             result = state
         else:
             r = dev.transport.run([dev.python, remote, args.action, "--root", dev.root])
+            said = r.stderr + r.stdout
+            if not r.ok and ("No such file" in said or "can't open file" in said):
+                raise EdgekitError(f"no edgekit agent is installed in {dev.root} on {dev.transport.description}; "
+                                   "`edgekit deploy BUNDLE` installs it")
             if not r.ok:
                 raise EdgekitError(f"agent {args.action} failed on {dev.transport.description}: "
                                    f"{(r.stderr or r.stdout).strip()[-400:] or 'agent not installed'}")

@@ -64,7 +64,10 @@ def _from_arrays(arrays, specs, source):
     labels = None
     for key in LABEL_KEYS:
         if key in arrays:
-            labels = np.asarray(arrays.pop(key)).astype(np.int64).reshape(-1)
+            raw = np.asarray(arrays.pop(key))
+            if raw.dtype.kind not in "iub" and not (raw.dtype.kind == "f" and np.all(np.mod(raw, 1) == 0)):
+                raise DataError(f"{source}: '{key}' must hold integer class indices, it has dtype {raw.dtype}")
+            labels = raw.astype(np.int64).reshape(-1)
             break
     names = [s.name for s in specs]
     if len(specs) == 1 and len(arrays) == 1 and names[0] not in arrays:
@@ -72,6 +75,10 @@ def _from_arrays(arrays, specs, source):
     missing = [n for n in names if n not in arrays]
     if missing:
         raise DataError(f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; name the arrays after the inputs (missing: {missing})")
+    for s in specs:
+        a = np.asarray(arrays[s.name])
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise DataError(f"{source}: input {s.name!r} contains NaN or Inf values; clean the data first")
     per_input = {s.name: _split(s.name, np.asarray(arrays[s.name]), s) for s in specs}
     counts = {n: len(v) for n, v in per_input.items()}
     if len(set(counts.values())) != 1:
@@ -95,6 +102,8 @@ def parse_preprocess(spec):
             if key == "resize":
                 w, h = value.lower().split("x")
                 opts[key] = (int(w), int(h))
+                if min(opts[key]) <= 0:
+                    raise ValueError
             elif key == "scale":
                 num, _, den = value.partition("/")
                 opts[key] = float(num) / float(den or 1)
@@ -108,7 +117,7 @@ def parse_preprocess(spec):
                 if value.lower() not in ("rgb", "bgr", "gray"):
                     raise ValueError
                 opts[key] = value.lower()
-        except ValueError:
+        except (ValueError, ZeroDivisionError):
             raise DataError(f"bad --preprocess value {item!r}") from None
     return opts
 
@@ -132,9 +141,18 @@ def _load_images(folder, specs, preprocess):
             opts["resize"] = (w, h)
         else:
             raise DataError("give the image size with --preprocess resize=WxH")
+    channels = 1 if opts["color"] == "gray" else 3
+    for key in ("mean", "std"):
+        if len(opts[key]) not in (1, channels):
+            raise DataError(f"--preprocess {key} has {len(opts[key])} values; give 1 or {channels} (one per channel)")
+    if any(v == 0 for v in opts["std"]):
+        raise DataError("--preprocess std must not be 0")
     arrays, labels = [], []
     for p in files:
-        img = Image.open(p).convert("L" if opts["color"] == "gray" else "RGB").resize(opts["resize"], Image.BILINEAR)
+        try:
+            img = Image.open(p).convert("L" if opts["color"] == "gray" else "RGB").resize(opts["resize"], Image.BILINEAR)
+        except OSError as e:  # PIL.UnidentifiedImageError is an OSError
+            raise DataError(f"cannot read image {p}: {e}") from None
         a = np.asarray(img, dtype=np.float32)
         if a.ndim == 2:
             a = a[:, :, None]

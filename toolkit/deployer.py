@@ -84,6 +84,9 @@ class Device:
         remote = f"{self.root}/agent/edgekit-agent.pyz"
         r = self.transport.run([self.python, "-c", HASH, remote], timeout=60)
         if not (r.ok and r.stdout.strip() == digest):
+            if r.ok:
+                # An older agent may be running from that file: stop it before the file changes under it.
+                self.transport.run([self.python, remote, "stop", "--root", self.root], timeout=60)
             log(f"installing agent {digest[:12]} -> {remote}")
             self.transport.run(["mkdir", "-p", f"{self.root}/agent"])
             self.transport.put_file(local, remote)
@@ -128,7 +131,7 @@ class Device:
             with open(path, "rb") as f:
                 self.call(f"uploading {fname}", self.client.put_file, name, version, fname,
                           _ProgressReader(f, fname, size, progress), length=size)
-        result = self.call("committing the bundle", self.client.commit, name, version)
+        result = self.call("verifying and committing the bundle", self.client.commit, name, version, verify=True)
         log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
         return result
 
@@ -140,6 +143,10 @@ class Device:
 def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, **ssh_options):
     """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory."""
     prof = profile if isinstance(profile, profiles.Profile) or profile is None else profiles.load(profile)
+    if prof is not None and prof.build_only:
+        raise TransportError(
+            f"profile {prof.name} is build-only: {prof.data['agent'].get('notes', 'no edgekit agent runs on it')}. "
+            "To try the model on this machine, build it with --profile host")
     agent = prof.data["agent"] if prof else {}
     if kind == "local":
         python = device_python or sys.executable
@@ -151,7 +158,7 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
     return Device(transport, python=python, root=root)
 
 
-def _annotate(report, manifest, device, prof, threads_asked):
+def _annotate(report, manifest, device, prof):
     report["profile"] = manifest["profile"]
     report["transport"] = device.transport.description
     report["agent"] = {"version": device.state.get("version"), "pid": device.state.get("pid"),
@@ -178,12 +185,19 @@ def _threads(prof, device, threads):
     return min(prof.threads, cores) if prof else cores
 
 
+def bundle_profile(manifest):
+    """The profile a bundle was built for, as recorded in its manifest (no profile file needed)."""
+    if manifest.get("profile_spec"):
+        return profiles.Profile(manifest["profile"], manifest["profile_spec"], "bundle manifest")
+    return profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
+
+
 def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, progress=None, log=None, bench=True):
     """Install ``bundle_dir`` on ``device`` (a :class:`Device` or a transport kind) and benchmark it there."""
     manifest = bundle_mod.load(bundle_dir)
+    prof = bundle_profile(manifest)
     if isinstance(device, str):
-        device = open_device(device, profile=manifest["profile"])
-    prof = profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
+        device = open_device(device, profile=prof)
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
@@ -196,7 +210,7 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     report["installed"] = install
     # Serve it warm: apps' first request must not pay the load.
     device.call(f"loading {manifest['name']}", device.client.load, manifest["name"], threads=t, providers=providers)
-    report = _annotate(report, manifest, device, prof, t)
+    report = _annotate(report, manifest, device, prof)
     _record_lab(device, report)
     return report
 
@@ -215,7 +229,7 @@ def _record_lab(device, report):
 def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, log=None):
     """Benchmark a bundle that is already deployed on ``device`` (no upload)."""
     manifest = bundle_mod.load(bundle_dir)
-    prof = profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
+    prof = bundle_profile(manifest)
     device.ensure_agent(log=log)
     models = {m["name"]: m for m in device.call("listing models", device.client.models)}
     deployed = models.get(manifest["name"])
@@ -225,6 +239,6 @@ def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None,
                          f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first")
     report = device.bench(manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, device, threads),
                           providers=providers)
-    report = _annotate(report, manifest, device, prof, threads)
+    report = _annotate(report, manifest, device, prof)
     _record_lab(device, report)
     return report

@@ -92,9 +92,6 @@ class SourceModel:
     def opset(self):
         return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
 
-    def serialized(self):
-        return self.proto.SerializeToString()
-
     def save(self, path):
         onnx.save(self.proto, str(path))
         return Path(path)
@@ -137,11 +134,12 @@ def load_model(path, input_shapes=None):
         dims = inp.type.tensor_type.shape.dim
         if inp.name in shapes:
             want = shapes[inp.name]
+            original = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims]
             if len(want) != len(dims):
                 raise ModelError(f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(dims)}")
             for d, w in zip(dims, want):
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
-                    raise ModelError(f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's fixed shape {[x.dim_value for x in dims]}")
+                    raise ModelError(f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's shape {original}")
                 d.Clear()
                 d.dim_value = w
         else:

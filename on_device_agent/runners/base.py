@@ -42,8 +42,8 @@ class Runner(object):
         """What really runs: runtime, version, accelerator, requested vs active providers, threads."""
         raise NotImplementedError
 
-    def placement(self):
-        """``{accelerator: nodes}`` measured from one profiled run, or None where unknown."""
+    def placement(self, feeds):
+        """``{accelerator: nodes}`` measured from one profiled run of ``feeds``, or None where unknown."""
         return None
 
     def close(self):

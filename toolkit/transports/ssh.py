@@ -25,7 +25,10 @@ def parse_target(target):
             port = int(rest[1:])
     elif target.count(":") == 1:
         host, p = target.split(":")
-        port = int(p)
+        try:
+            port = int(p)
+        except ValueError:
+            raise TransportError(f"bad SSH port {p!r} in {target!r}: use [USER@]HOST[:PORT]") from None
     else:
         host = target
     if not host:
@@ -117,14 +120,16 @@ class SSHTransport(Transport):
         keys = [key_file] if key_file else [os.path.expanduser(k) for k in cfg.get("identityfile", [])]
         client = paramiko.SSHClient()
         client.load_system_host_keys()
-        for kh in ([known_hosts] if known_hosts else []) + [os.path.expanduser(p) for p in cfg.get("userknownhostsfile", "").split()]:
+        if known_hosts and not os.path.isfile(known_hosts):
+            raise TransportError(f"--known-hosts {known_hosts}: no such file")
+        config_known = [os.path.expanduser(p) for p in cfg.get("userknownhostsfile", "").split()]
+        for kh in ([known_hosts] if known_hosts else []) + config_known:
             if kh and os.path.isfile(kh):
                 client.load_host_keys(kh)
         strict = str(cfg.get("stricthostkeychecking", "yes")).lower()
-        if strict in ("no", "off", "accept-new"):
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        else:
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        # accept-new: trust a host seen for the first time and remember it; a changed key is still refused.
+        accept_new = strict in ("no", "off", "accept-new")
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
         try:
             client.connect(self.host, self.port, username=self.user, key_filename=keys or None, timeout=timeout,
                            banner_timeout=timeout, auth_timeout=timeout, allow_agent=True, look_for_keys=not keys)
@@ -145,6 +150,12 @@ class SSHTransport(Transport):
             raise TransportError(f"{self.description}: SSH error: {e}") from None
         except OSError as e:
             raise TransportError(f"cannot connect to {self.description}: {e.strerror or e}") from None
+        if accept_new and strict == "accept-new":
+            save_to = (config_known or [os.path.expanduser("~/.ssh/known_hosts")])[0]
+            try:
+                client.save_host_keys(save_to)
+            except OSError:
+                pass
         self.client = client
         self._sftp = None
         self._forwards = []

@@ -158,5 +158,7 @@ class AgentClient(object):
         return self.request("PUT", "/v1/bundles/%s/%s/files/%s" % (name, version, filename), data,
                             content_type="application/octet-stream", timeout=max(self.timeout, 300), length=length)
 
-    def commit(self, name, version):
-        return self.request("POST", "/v1/bundles/%s/%s/commit" % (name, version), {})
+    def commit(self, name, version, verify=False):
+        """Install an uploaded version; with ``verify`` the agent first checks it loads and runs on the device."""
+        return self.request("POST", "/v1/bundles/%s/%s/commit" % (name, version), {"verify": bool(verify)},
+                            timeout=max(self.timeout, 330))
