@@ -5,11 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if [[ "${1:-}" == "--test" ]] && [[ ! -x /usr/sbin/sshd ]]; then
-    echo "installing openssh-server (the tests start their own sshd on loopback)" >&2
-    SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+if [[ "${1:-}" == "--test" ]]; then
+    # The tests start their own sshd on loopback, and render the field report in headless Chromium.
+    missing=()
+    [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
+    command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        echo "installing ${missing[*]} for the test suite" >&2
+        SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -163,7 +163,7 @@ def _timeline(ts, ms, points=60):
     if len(ts) == 0:
         return []
     lo, hi = float(ts.min()), float(ts.max())
-    width = max((hi - lo) / points, 1.0)
+    width = max((hi - lo) / points, 0.05)
     idx = ((ts - lo) // width).astype(int)
     out = []
     order = np.argsort(idx, kind="stable")
@@ -205,7 +205,9 @@ def report(store, model=None, since=None, now=None):
     for r in rows:
         groups.setdefault(r[:3], []).append(r)
     entries = []
+    per_model = {}
     for (sid, mdl, version), grp in groups.items():
+        per_model.setdefault((sid, mdl), []).extend(g for g in grp if g[8] == "ok" and g[6] is not None)
         ts = np.array([g[5] for g in grp], dtype=np.float64)
         ok = np.array([g[8] == "ok" for g in grp])
         infer = np.array([g[6] if g[6] is not None else np.nan for g in grp], dtype=np.float64)
@@ -253,9 +255,15 @@ def report(store, model=None, since=None, now=None):
             "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM context GROUP BY store_id"):
         ctx[devices.get(sid, {}).get("name", sid[:8])] = {"load1_avg": load1, "mem_available_mb_min": mem,
                                                           "temp_c_max": temp}
+    timelines = []
+    for (sid, mdl), grp in sorted(per_model.items()):
+        ts = np.array([g[5] for g in grp], dtype=np.float64)
+        ms = np.array([g[6] for g in grp], dtype=np.float64)
+        timelines.append({"store_id": sid, "device": devices.get(sid, {}).get("name", sid[:8]), "model": mdl,
+                          "points": _timeline(ts, ms)})
     return {"schema": "edgekit.field-report", "schema_version": 1, "generated": now, "model": model,
-            "since": since, "records": len(rows), "entries": entries, "regressions": regressions,
-            "events": events, "device_context": ctx}
+            "since": since, "records": len(rows), "entries": entries, "timelines": timelines,
+            "regressions": regressions, "events": events, "device_context": ctx}
 
 
 def report_text(r):

@@ -47,8 +47,8 @@ def histogram_svg(hist):
         acc += c
         pts.append(f"{x(b):.1f},{10 + ih - acc / total * (ih - 4):.1f}")
     parts.append(f'<polyline class="cdf" points="{" ".join(pts)}" fill="none" stroke="{COLORS["cdf"]}" stroke-width="2"/>')
-    for v in (edges[0], math.sqrt(edges[0] * edges[-1]), edges[-1]):
-        parts.append(f'<text x="{x(v):.1f}" y="{H - PAD + 14}" text-anchor="middle" class="tick">{v:.3g}</text>')
+    for v, anchor in ((edges[0], "start"), (math.sqrt(edges[0] * edges[-1]), "middle"), (edges[-1], "end")):
+        parts.append(f'<text x="{x(v):.1f}" y="{H - PAD + 14}" text-anchor="{anchor}" class="tick">{v:.3g}</text>')
     parts.append(f'<text x="{PAD + 4}" y="24" class="legend" fill="{COLORS["cdf"]}">CDF</text>')
     return _frame("histogram", "latency histogram and CDF", "".join(parts), "inference latency, ms (log scale)",
                   "requests / cumulative")
@@ -68,15 +68,17 @@ def timeline_svg(points, events):
     for e in events:
         parts.append(f'<line class="deploy" x1="{x(e["ts"]):.1f}" x2="{x(e["ts"]):.1f}" y1="10" y2="{10 + ih}" '
                      f'stroke="#6e7781" stroke-dasharray="4 3"><title>{_esc(e["kind"])} {_esc(e["version"])}</title></line>'
-                     f'<text x="{x(e["ts"]) + 3:.1f}" y="22" class="tick">{_esc(e["kind"])} {_esc(str(e["version"])[:8])}</text>')
+                     f'<text x="{x(e["ts"]) + 3:.1f}" y="{6 + ih:.1f}" class="tick">{_esc(e["kind"])} {_esc(str(e["version"])[:8])}</text>')
     for key in ("p99", "p50"):
         pts = " ".join(f"{x(p['t']):.1f},{y(p[key]):.1f}" for p in points)
         parts.append(f'<polyline class="{key}" points="{pts}" fill="none" stroke="{COLORS[key]}" stroke-width="2"/>')
+        parts += [f'<circle class="{key}" cx="{x(p["t"]):.1f}" cy="{y(p[key]):.1f}" r="2.5" fill="{COLORS[key]}">'
+                  f'<title>{key} {p[key]:.3f} ms ({p["count"]} requests)</title></circle>' for p in points]
     for v in _axis_ticks(0, ymax):
         parts.append(f'<text x="{PAD - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="tick">{v:.2g}</text>')
-    for t in (t0, t1):
-        parts.append(f'<text x="{x(t):.1f}" y="{H - PAD + 14}" text-anchor="middle" class="tick">'
-                     f'{time.strftime("%m-%d %H:%M", time.localtime(t))}</text>')
+    for t, anchor in ((t0, "start"), (t1, "end")):
+        parts.append(f'<text x="{x(t):.1f}" y="{H - PAD + 14}" text-anchor="{anchor}" class="tick">'
+                     f'{time.strftime("%m-%d %H:%M:%S", time.localtime(t))}</text>')
     parts.append(f'<text x="{W - 90}" y="24" class="legend" fill="{COLORS["p50"]}">p50</text>'
                  f'<text x="{W - 50}" y="24" class="legend" fill="{COLORS["p99"]}">p99</text>')
     return _frame("timeline", "p50 and p99 over time, deploys marked", "".join(parts), "time", "ms")
@@ -88,7 +90,7 @@ def labfield_svg(entries):
         return "<p>no data</p>"
     height = 30 + 34 * len(rows)
     vmax = max(max(e["latency_ms"]["p50"], (e["lab"] or {}).get("p50_ms") or 0) for e in rows) * 1.15
-    left, iw = 230, W - 240
+    left, iw = 230, W - 230 - 80
     parts = []
     for i, e in enumerate(rows):
         y0 = 20 + 34 * i
@@ -109,7 +111,7 @@ def labfield_svg(entries):
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1f2328;max-width:1200px}
-h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #d0d7de}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #d0d7de}h3{font-size:14px;margin:8px 0 4px}
 table{border-collapse:collapse;font-size:13px}th,td{padding:4px 8px;border-bottom:1px solid #eaeef2;text-align:right}
 th:first-child,td:first-child,td.l{text-align:left}.regressions{background:#fff1f1;border:1px solid #d1242f;padding:8px}
 .charts{display:flex;flex-wrap:wrap;gap:16px}.axis,.tick,.legend{font-size:11px;fill:#57606a}.legend{font-weight:600}
@@ -147,9 +149,14 @@ def render(r):
                    f"<td>{num(e['throughput_rps'], '{:.1f}')}</td></tr>")
     out.append("</table><h2>Lab against field (p50)</h2>")
     out.append(labfield_svg(r["entries"]))
-    for e in r["entries"]:
-        evs = [ev for ev in r["events"] if ev["store_id"] == e["store_id"] and ev["model"] == e["model"]]
-        out.append(f"<h2 class='entry'>{_esc(e['device'])} · {_esc(e['model'])} · {_esc(e['version'])}</h2>"
-                   f"<div class='charts'>{histogram_svg(e['histogram'])}{timeline_svg(e['timeline'], evs)}</div>")
+    for tl in r.get("timelines", []):
+        evs = [ev for ev in r["events"] if ev["store_id"] == tl["store_id"] and ev["model"] == tl["model"]]
+        out.append(f"<h2 class='entry'>{_esc(tl['device'])} · {_esc(tl['model'])}</h2>"
+                   "<p class='muted'>p50 and p99 over time, all versions; dashed lines mark installs and rollbacks.</p>"
+                   f"<div class='charts'>{timeline_svg(tl['points'], evs)}</div><div class='charts'>")
+        for e in r["entries"]:
+            if e["store_id"] == tl["store_id"] and e["model"] == tl["model"]:
+                out.append(f"<div><h3>version {_esc(e['version'])}</h3>{histogram_svg(e['histogram'])}</div>")
+        out.append("</div>")
     out.append("</body></html>")
     return "\n".join(out)

@@ -127,8 +127,19 @@ class AgentClient(object):
     def models(self):
         return self.request("GET", "/v1/models")["models"]
 
-    def load(self, name, threads=None, providers=None):
-        return self.request("POST", "/v1/models/%s/load" % name, {"threads": threads, "providers": providers})
+    def load(self, name, threads=None, providers=None, warmup=None):
+        """Load (or reload) the current version and run ``warmup`` inferences (default: the agent's setting)."""
+        return self.request("POST", "/v1/models/%s/load" % name,
+                            {"threads": threads, "providers": providers, "warmup": warmup})
+
+    def annotate(self, request_id, pre_ms=None, post_ms=None):
+        """Record the pre/post-processing time the app spent around a request (id from ``infer(with_meta=True)``)."""
+        return self.request("POST", "/v1/telemetry/annotate",
+                            {"request_id": request_id, "pre_ms": pre_ms, "post_ms": post_ms})
+
+    def metrics(self):
+        """The Prometheus text exposition."""
+        return self.request("GET", "/metrics", raw=True)[0].decode("utf-8")
 
     def unload(self, name):
         return self.request("POST", "/v1/models/%s/unload" % name, {})
