@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(agent_overhead precision rebuild api_overhead)
+[ ${#names[@]} -eq 0 ] && names=(agent_overhead precision rebuild api_overhead field)
 status=0
 for name in "${names[@]}"; do
     echo "## ${name}"
