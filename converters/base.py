@@ -7,7 +7,8 @@ the step's output on the host and compares it with the reference; see
 :class:`BuildResult` and the build pipeline assembles, hashes and writes the bundle.
 
 To add a backend: subclass :class:`Backend`, implement the abstract methods, and add
-it to ``BACKENDS`` in :mod:`edgekit.converters`. The agent side is a runner with the
+it to ``BACKEND_MODULES`` in :mod:`edgekit.converters` (the module ends with
+``BACKEND = MyBackend()``). The agent side is a runner with the
 same ``name`` in ``edgekit_agent.runners``.
 """
 

@@ -317,3 +317,4 @@ class OrtBackend(Backend):
                 "suitability": info.suitability().name,
             }
         return out
+BACKEND = OrtBackend()

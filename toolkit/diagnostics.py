@@ -8,7 +8,7 @@ def doctor():
     from . import __version__, converters, profiles
 
     backends = {}
-    for name, be in sorted(converters.BACKENDS.items()):
+    for name, be in sorted(converters.all_backends().items()):
         ok, detail = be.availability()
         backends[name] = {"ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
                           "precisions": list(be.precisions)}

@@ -208,6 +208,18 @@ def detect_host():
         providers = [p for p in available if p not in ("AzureExecutionProvider",)] or providers
     except ImportError:
         pass
+    ranked, extra = ["ort"], {}
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is not None:
+        ranked.append("openvino")
+        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend).
+        extra["openvino"] = {"device": "CPU", "precisions": ["int8", "fp32"], "hint": "LATENCY"}
+    if importlib.util.find_spec("MNN") is not None:
+        ranked.append("mnn")
+        # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
+        extra["mnn"] = {"backend": "CPU", "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
+                        "precision_mode": "normal"}
     data = {
         "schema_version": 1,
         "name": HOST,
@@ -217,7 +229,8 @@ def detect_host():
         "memory": {"ram_gb": _ram_gb()},
         "accelerators": [],
         "runtimes": {
-            "ranked": ["ort"],
+            "ranked": ranked,
+            **extra,
             "ort": {
                 "providers": providers,
                 # ORT format is for minimal/mobile builds; on a full runtime plain ONNX loads as fast or faster.

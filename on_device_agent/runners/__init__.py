@@ -2,35 +2,42 @@
 
 A runner loads a bundle's model with the device's runtime and runs it. It reports what
 really ran (``describe()``): the runtime and version, the accelerator the runtime
-actually used (not merely what was requested) and any fallback.
+actually used (not merely what was requested) and any fallback. Each runner is a module
+here with a ``RUNNER`` class; ``RUNNER_MODULES`` lists them.
 """
+
+import importlib
 
 from .base import Runner, RunnerError, RuntimeMissing
 
+RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn"}
 _RUNNERS = {}
 
 
-def _register():
-    from .ort import OrtRunner
-
-    for cls in (OrtRunner,):
-        _RUNNERS[cls.backend] = cls
+def _load():
+    if not _RUNNERS:
+        for backend, module in RUNNER_MODULES.items():
+            try:
+                mod = importlib.import_module("." + module, __name__)
+            except ImportError as e:
+                if getattr(e, "name", None) == __name__ + "." + module:
+                    continue  # this agent ships without that runner
+                raise
+            _RUNNERS[backend] = mod.RUNNER
+    return _RUNNERS
 
 
 def get(backend):
-    if not _RUNNERS:
-        _register()
+    runners = _load()
     try:
-        return _RUNNERS[backend]
+        return runners[backend]
     except KeyError:
-        raise RunnerError("this agent has no runner for backend %r (it has: %s)" % (backend, ", ".join(sorted(_RUNNERS))))
+        raise RunnerError("this agent has no runner for backend %r (it has: %s)" % (backend, ", ".join(sorted(runners))))
 
 
 def runtimes():
     """``{backend: version or None}`` for the runtimes importable on this device."""
-    if not _RUNNERS:
-        _register()
-    return dict((name, cls.runtime_version()) for name, cls in sorted(_RUNNERS.items()))
+    return dict((name, cls.runtime_version()) for name, cls in sorted(_load().items()))
 
 
 __all__ = ["Runner", "RunnerError", "RuntimeMissing", "get", "runtimes"]

@@ -103,3 +103,4 @@ class OrtRunner(Runner):
         for provider in nodes.values():
             counts[provider] = counts.get(provider, 0) + 1
         return counts
+RUNNER = OrtRunner
