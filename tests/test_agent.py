@@ -302,3 +302,38 @@ def test_a_new_agent_replaces_the_running_one(local_device, tiny_bundle, monkeyp
 def test_device_compares_its_outputs_with_the_build_machine(deployed):
     r = deployed.bench("tiny", runs=3, warmup=0)
     assert r["device_fidelity"]["passed"] and r["device_fidelity"]["cosine"] > 0.9999
+
+
+@pytest.fixture(scope="session")
+def py37_with_runtime():
+    """Python 3.7 with the last onnxruntime built for it: what an older board image runs.
+
+    Created once under ~/.cache/edgekit-tests (from PyPI), then reused."""
+    base = _python(OLDEST)
+    if base is None:
+        pytest.skip(f"needs a Python {OLDEST} interpreter (pyenv provides it on the CI image)")
+    venv = os.path.join(os.path.expanduser("~"), ".cache", "edgekit-tests", "py37-ort")
+    python = os.path.join(venv, "bin", "python")
+    probe = [python, "-c", "import onnxruntime, numpy"]
+    if not os.path.exists(python) or subprocess.run(probe, capture_output=True).returncode != 0:
+        subprocess.run([base, "-m", "venv", "--clear", venv], check=True, capture_output=True)
+        p = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy==1.21.6",
+                            "onnxruntime==1.14.1"], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+    return python
+
+
+def test_full_deploy_on_python37_with_onnxruntime(py37_with_runtime, tiny_bundle, tmp_path):
+    from edgekit.deployer import deploy, open_device
+
+    root = tmp_path / "dev37"
+    dev = open_device("local", device_python=py37_with_runtime, device_root=str(root))
+    try:
+        r = deploy(tiny_bundle, dev, runs=10, warmup=2)
+        assert r["device"]["python"].startswith("3.7.") and r["runtime_version"] == "1.14.1"
+        assert r["accelerator"] == "CPUExecutionProvider" and r["device_fidelity"]["passed"]
+        out = dev.client.infer("tiny", {"input": np.zeros((1, 3, 16, 16), np.float32)})
+        assert out["probs"].shape == (1, 10)
+    finally:
+        dev.close()
+        stop_agent(py37_with_runtime, root)
