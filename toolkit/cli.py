@@ -224,9 +224,11 @@ def parser():
     s.add_argument("model", help="ONNX model file")
     s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
-    s.add_argument("--backend", default="ort", help="runtime to build for (default ort)")
-    s.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8", "int8-dynamic"],
-                   help="auto: what the profile runs fast (int8 needs --calib)")
+    s.add_argument("--backend", default="ort", help="runtime to build for: ort (default), openvino, mnn")
+    s.add_argument("--precision", default="auto",
+                   choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
+                   help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
+                        "int8-weights: openvino, mnn; int4-weights: mnn")
     s.add_argument("--calib", help="calibration data: .npz/.npy, or a folder of images (with --preprocess)")
     s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
     s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
