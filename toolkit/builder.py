@@ -214,7 +214,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
 
             degraded = any(not s["passed"] for s in steps)
             host_latency = None
-            if prof.name == profiles.HOST and not (precision == "fp32" and result.format == "onnx"):
+            if prof.name == profiles.HOST and not (precision == "fp32" and result.format in ("onnx", "mnn")):
                 host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
                 log(f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)")
@@ -236,7 +236,8 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "inputs": manifest["inputs"],
                 "outputs": manifest["outputs"],
                 "files": [dict(f, size_kb=round(f["size"] / 1024, 1)) for f in files],
-                "model_size_bytes": files[0]["size"],
+                # the model file plus its external weights (OpenVINO's model.bin beside model.xml)
+                "model_size_bytes": sum(f["size"] for f in files if f["role"] in ("model", "weights")),
                 "source_size_bytes": src.path.stat().st_size,
                 "fidelity": {
                     "data": fid_ds.describe(),

@@ -46,6 +46,20 @@ def build_text(r):
             extra = f", unsupported: {', '.join(u['unsupported_ops'])}" if u["unsupported_ops"] else ""
             lines.append(f"  {ep} check: {u['supported_nodes']}/{u['nodes']} nodes in {u['partitions']} partition(s), "
                          f"suitability {u['suitability']}{extra}")
+    support = r.get("operator_support") or {}
+    for device, info in support.items():
+        if isinstance(info, dict):
+            if info.get("checked") and "nodes" in info:
+                unsupported = info.get("unsupported_ops") or []
+                detail = f"{info['supported_nodes']}/{info['nodes']} nodes" + (
+                    f", unsupported: {', '.join(unsupported)}" if unsupported else "")
+            else:
+                detail = None
+            detail = detail or info.get("summary") or info.get("status") or ", ".join(f"{k}: {v}" for k, v in info.items()
+                                                                            if not isinstance(v, (list, dict)))
+            lines.append(f"  {device} operator support: {detail}")
+        else:
+            lines.append(f"  {device} operator support: {info}")
     req = r.get("required_operators")
     if req:
         lines.append(f"  minimal build: {req['file']} ({len(req['config'])} line(s)); {req['use']}")
@@ -69,7 +83,8 @@ def bench_text(r):
         f"edgekit bench: {r['name']} ({r['bundle_id']}) on {dev.get('hostname', '?')} "
         f"[{dev.get('machine', '?')}, {dev.get('system', '?')}, python {dev.get('python', '?')}]",
         f"  profile      {r['profile']}   backend {r['backend']} {r['runtime_version']}   precision {r['precision']}",
-        f"  accelerator  {r['accelerator']}   (requested: {', '.join(r.get('accelerators_requested', []))})",
+        f"  accelerator  {r['accelerator']}   (requested: {', '.join(r.get('accelerators_requested', []))})"
+        + (f"   executing in {r['inference_precision']}" if r.get("inference_precision") else ""),
     ]
     placement = r.get("placement") or {}
     if placement:

@@ -1,0 +1,399 @@
+"""MNN backend: ONNX -> ``.mnn`` in FP32, FP16 weights, weight-only INT8/INT4, and full INT8 calibrated
+with the user's data.
+
+Choices, and why (measured with MNN 3.6.1, the PyPI wheel, on x86 and the PP-OCR cls model):
+
+- The converter and the quantizer are MNN's compiled ``_tools`` module (``mnnconvert(argv)``,
+  ``mnnquant(argv)``), run in a child Python. MNN's Python wrappers (``MNN.tools.*``, the ``mnnconvert``
+  and ``mnnquant`` commands) are never imported: on import they ``pip install`` a logging SDK and send
+  usage data to a cloud log service; and the ``mnnquant`` command passes its arguments to
+  ``_tools.mnnquant`` as three strings where it takes one argv list (it dies with ``std::length_error``).
+  The child also gets ``PIP_NO_INDEX`` so that nothing it might start could fetch packages.
+  A child process also keeps a converter crash (the quantizer segfaults on some inputs) from taking
+  edgekit down, and keeps MNN's progress prints off edgekit's stdout.
+- Every step is checked on the host with MNN itself (:mod:`edgekit_agent.runners.mnn`, the same code
+  the agent runs): first the plain FP32 conversion against the ONNX reference (run by onnxruntime when
+  it is installed), then the precision step.
+- Full INT8 uses MNN's quantization tool with raw-tensor samples (``input_type: sequence``: one
+  directory per sample, one text file per input). Its calibration is fragile: on PP-OCR cls its KL
+  method clips the first layers (35 % of values overflow, cosine to FP32 0.72) and ADMM over a large
+  batch mis-scales the logits (200 samples: cosine 0.86; 32 samples: 0.99). edgekit runs both
+  calibrations (ADMM on 32 samples, KL on up to 64) side by side and keeps the one whose outputs are
+  closest to the FP32 MNN model on the calibration samples; the report lists every candidate.
+- MNN's INT8 kernels are written for Arm (sdot / i8mm); on x86 an INT8 model runs slower than FP32. The
+  default precision follows the profile's ``[runtimes.mnn] precisions`` (the ``host`` profile on x86
+  lists fp32 only), never the file size.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .base import Backend, BuildResult
+
+# The child that runs MNN's compiled tools: _tools only, never MNN.tools (see the module docstring).
+_TOOL_MAIN = (
+    "import json, sys\n"
+    "import _tools\n"
+    "tool = {'convert': _tools.mnnconvert, 'quantize': _tools.mnnquant}[sys.argv[1]]\n"
+    "tool(json.loads(sys.argv[2]))\n"
+)
+
+CONVERT_FLAGS = {
+    "fp32": [],
+    "fp16": ["--fp16"],
+    "int8-weights": ["--weightQuantBits", "8"],
+    "int4-weights": ["--weightQuantBits", "4"],
+}
+# Full INT8 calibrations tried, (feature method, samples); the closest to FP32 is kept.
+INT8_CANDIDATES = (("ADMM", 32), ("KL", 64))
+INT8_EVAL_SAMPLES = 64
+_PROGRESS = ("ComputeFeatureRange", "CollectFeatureDistribution", "ComputeADMM", "ProcessCalibrationFiles",
+             "quantize with EMA", "computeDistance")
+
+
+def _runner_module():
+    from edgekit_agent.runners import mnn
+
+    return mnn
+
+
+def _tool_env():
+    env = dict(os.environ)
+    env.update({"PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    return env
+
+
+def _start_tool(kind, argv, cwd):
+    return subprocess.Popen([sys.executable, "-c", _TOOL_MAIN, kind, json.dumps([str(a) for a in argv])],
+                            cwd=str(cwd), env=_tool_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+
+def _finish_tool(proc, timeout=3600):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return -9, f"timed out after {timeout} s"
+    return proc.returncode, out.decode("utf-8", "replace").replace("\r", "\n")
+
+
+def _tail(output, n=8):
+    lines = [l for l in output.splitlines() if l.strip() and not l.startswith(_PROGRESS)]
+    return "\n    ".join(lines[-n:]) or "(no output)"
+
+
+def _run_tool(kind, argv, cwd, expect):
+    from edgekit.errors import ConversionError
+
+    code, out = _finish_tool(_start_tool(kind, argv, cwd))
+    # _tools returns True even when it failed (e.g. "Model File Does Not Exist!"): the file decides.
+    if code != 0 or not Path(expect).is_file() or Path(expect).stat().st_size == 0:
+        why = f"exit {code}" + (" (killed by a signal: the tool crashed)" if code < 0 else "")
+        raise ConversionError(f"MNN {'converter' if kind == 'convert' else 'quantization tool'} failed ({why}):\n"
+                              f"    {_tail(out)}")
+    return out
+
+
+class MNNBackend(Backend):
+    name = "mnn"
+    runtime = "MNN"
+    install_hint = "Install it with: pip install 'edgekit[mnn]' (or pip install MNN)."
+    precisions = ("fp32", "fp16", "int8", "int8-weights", "int4-weights")
+
+    def availability(self):
+        import importlib.util
+
+        if importlib.util.find_spec("MNN") is None:
+            return False, "MNN is not installed"
+        if importlib.util.find_spec("_tools") is None:
+            return False, "MNN is installed without its compiled converter/quantizer module (_tools)"
+        try:
+            mnn = _runner_module()
+            version = mnn.import_mnn().version()
+        except Exception as e:  # a broken wheel raises whatever its extension raises
+            return False, f"MNN does not import: {e}"
+        feats = mnn.cpu_features()
+        cpu = f", CPU features per MNN: {', '.join(k for k, v in feats.items() if v) or 'none of sdot/fp16/i8mm/sve2/sme2'}" \
+            if feats is not None else ""
+        return True, (f"MNN {version}{cpu}; converter and quantizer: the compiled _tools module in a child "
+                      "process (MNN.tools wrappers, which pip-install and phone home, are not used)")
+
+    def runtime_version(self):
+        return _runner_module().import_mnn().version()
+
+    def default_precision(self, profile, have_calib):
+        wanted = profile.backend("mnn").get("precisions", ["fp32"])
+        for p in wanted:
+            if p == "int8" and not have_calib:
+                continue
+            if p in self.precisions:
+                return p
+        return "fp32"
+
+    # -- host-side inference (fidelity, timing) -------------------------------------
+    @staticmethod
+    def _threads(threads):
+        return threads or min(4, os.cpu_count() or 1)
+
+    def _model(self, model_path, threads, feed=None):
+        mnn = _runner_module()
+        shapes = {k: list(v.shape) for k, v in (feed or {}).items()}
+        return mnn.MNNModel(str(model_path), "CPU", self._threads(threads), "normal", input_shapes=shapes).load()
+
+    def _onnx_as_mnn(self, onnx_path, threads, feed):
+        """An ONNX file converted to MNN FP32 in a temporary directory and loaded (MNN reads it whole)."""
+        with tempfile.TemporaryDirectory(prefix="edgekit-mnn-") as tmp:
+            out = Path(tmp) / "model.mnn"
+            self._convert(Path(onnx_path), out, [], Path(tmp))
+            return self._model(out, threads, feed)
+
+    def predict(self, model_path, samples, threads=None):
+        if str(model_path).endswith(".onnx"):
+            # The reference: onnxruntime runs it when installed, so the FP32 step really tests MNN's converter.
+            try:
+                import onnxruntime as ort
+            except ImportError:
+                model = self._onnx_as_mnn(model_path, threads, samples[0])
+                return [model.run(feed) for feed in samples]
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            so.intra_op_num_threads = self._threads(threads)
+            sess = ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
+            names = [o.name for o in sess.get_outputs()]
+            return [dict(zip(names, sess.run(names, feed))) for feed in samples]
+        model = self._model(model_path, threads, samples[0])
+        try:
+            return [model.run(feed) for feed in samples]
+        finally:
+            model.close()
+
+    def runner(self, model_path, threads=None):
+        """Timing on the host: an ONNX reference is timed as MNN FP32, so the comparison is MNN against MNN."""
+        state = {}
+
+        def run(feed):
+            if "model" not in state:
+                state["model"] = (self._onnx_as_mnn(model_path, threads, feed) if str(model_path).endswith(".onnx")
+                                  else self._model(model_path, threads, feed))
+            return state["model"].run(feed)
+
+        return run
+
+    # -- conversion -------------------------------------------------------------------
+    def _convert(self, src, dst, flags, cwd):
+        argv = ["mnnconvert", "-f", "ONNX" if str(src).endswith(".onnx") else "MNN", "--modelFile", str(src),
+                "--MNNModel", str(dst), "--bizCode", "edgekit", *flags]
+        _run_tool("convert", argv, cwd, dst)
+        return dst
+
+    def _mnn_ops(self, model_file, work):
+        """MNN's own operator list for a .mnn file (the converter's JSON dump)."""
+        dump = work / (Path(model_file).stem + ".ops.json")
+        try:
+            _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(model_file), "--JsonFile", str(dump)],
+                      work, dump)
+            net = json.loads(dump.read_text())
+        except Exception as e:  # advice for the report, not a reason to fail the build
+            return {"error": f"MNN's JSON dump failed: {e}"}
+        finally:
+            dump.unlink(missing_ok=True)
+        counts = {}
+        ops = list(net.get("oplists") or [])
+        for sub in net.get("subgraphs") or []:
+            ops.extend(sub.get("nodes") or [])
+        for op in ops:
+            counts[op.get("type", "?")] = counts.get(op.get("type", "?"), 0) + 1
+        return dict(sorted(counts.items()))
+
+    def build(self, ctx):
+        import onnx
+
+        from edgekit.model import operator_set
+
+        settings = ctx.profile.backend("mnn")
+        work = ctx.workdir
+        warnings = []
+        sections = {}
+        runs_fast = list(settings.get("precisions", ["fp32"]))
+        x86 = ctx.profile.arch in ("x86_64", "amd64", "i686", "x86")
+
+        fp32 = self._convert(ctx.reference_path, work / "model.fp32.mnn", [], work)
+        ctx.check("fp32 (ONNX -> MNN)", fp32)
+        flags = []
+        if ctx.precision == "fp32":
+            model_file = fp32
+        elif ctx.precision in ("fp16", "int8-weights", "int4-weights"):
+            flags = CONVERT_FLAGS[ctx.precision]
+            model_file = self._convert(ctx.reference_path, work / f"model.{ctx.precision}.mnn", flags, work)
+            if ctx.precision == "fp16":
+                ctx.check("fp16 weights (MNNConvert --fp16)", model_file)
+            else:
+                bits = int(flags[1])
+                sections["quantization"] = {
+                    "method": "weight-only", "weights": f"int{bits}", "granularity": "per output channel",
+                    "symmetric": True, "activations": "float", "tool": "MNNConvert --weightQuantBits",
+                    "runtime": "MNN dequantizes the weights when it loads the model (a smaller file, fp32 speed); "
+                               "MNN documents dynamic int8 activation quantization for such models with memory_mode low",
+                }
+                ctx.check(f"int{bits} weight-only quantization (MNNConvert --weightQuantBits {bits})", model_file)
+        elif ctx.precision == "int8":
+            model_file, sections["quantization"] = self._int8(ctx, fp32, work)
+            q = sections["quantization"]["chosen"]
+            ctx.check(f"int8 full quantization (MNN quantization tool, {q['feature_method']} on "
+                      f"{q['samples']} samples)", model_file)
+        else:
+            raise ValueError(f"unsupported precision {ctx.precision}")
+
+        if ctx.precision not in runs_fast:
+            why = ""
+            if ctx.precision == "int8" and x86:
+                why = ": MNN's int8 kernels are written for Arm (sdot/i8mm); on x86 int8 runs slower than fp32"
+            elif ctx.precision == "fp16":
+                why = ": on a CPU without fp16 arithmetic MNN expands fp16 weights to fp32 (a smaller file, fp32 speed)"
+            warnings.append(f"profile {ctx.profile.name} does not list {ctx.precision} as fast for MNN (it lists "
+                            f"{', '.join(runs_fast)}){why}")
+
+        backend = settings.get("backend", "CPU")
+        runner_options = {
+            "backend": backend,
+            "precision_mode": settings.get("precision_mode", "normal"),
+            "power_mode": settings.get("power_mode", "normal"),
+            "memory_mode": settings.get("memory_mode", "normal"),
+        }
+        try:
+            import onnxruntime
+
+            reference_runtime = f"onnxruntime {onnxruntime.__version__}"
+        except ImportError:
+            reference_runtime = "MNN (onnxruntime is not installed: the fp32 step cannot catch converter errors)"
+        sections["mnn"] = {
+            "converter": f"MNN {self.runtime_version()} _tools.mnnconvert (compiled tool, in a child process)",
+            "convert_flags": flags,
+            "model_ops": self._mnn_ops(model_file, work),
+            "reference_runtime": reference_runtime,
+            "host_checks": "MNN CPU backend, precision normal (fp32 arithmetic) on this machine",
+            "target": {
+                "profile": ctx.profile.name, "arch": ctx.profile.arch, "runs_fast": runs_fast,
+                **runner_options,
+                "note": ("MNN's int8 kernels target Arm (sdot/i8mm): on x86, int8 is slower than fp32"
+                         if x86 else f"{ctx.profile.name} runs {', '.join(runs_fast)} fast with MNN"),
+            },
+        }
+        return BuildResult(
+            model_file=model_file,
+            runtime="MNN",
+            runtime_version=self.runtime_version(),
+            format="mnn",
+            ops=operator_set(onnx.load(str(ctx.reference_path))),
+            sections=sections,
+            warnings=warnings,
+            runner_options=runner_options,
+        )
+
+    # -- full int8 ------------------------------------------------------------------------
+    @staticmethod
+    def _write_samples(dataset, specs, count, directory):
+        """MNN's raw-tensor calibration layout: one directory per sample, ``<input>.txt`` + ``input.json``."""
+        import numpy as np
+
+        from edgekit.errors import ConversionError
+
+        directory.mkdir(parents=True)
+        for k in range(count):
+            d = directory / f"{k:05d}"
+            d.mkdir()
+            shapes = []
+            for spec in specs:
+                if spec.name.startswith("/") or ".." in spec.name.split("/"):
+                    raise ConversionError(f"MNN's quantization tool reads <sample>/<input name>.txt; the input name "
+                                          f"{spec.name!r} cannot be a file name there")
+                arr = np.asarray(dataset.samples[k][spec.name])
+                f = d / f"{spec.name}.txt"
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(" ".join(map(repr, arr.astype(np.float64).ravel().tolist())))
+                shapes.append({"name": spec.name, "shape": [int(s) for s in arr.shape]})
+            (d / "input.json").write_text(json.dumps({"inputs": shapes}))
+        return shapes
+
+    def _int8(self, ctx, fp32, work):
+        from edgekit.errors import ConversionError, DataError
+        from edgekit.fidelity import compare
+
+        if ctx.calib is None or ctx.calib.synthetic:
+            raise DataError(
+                "int8 quantization needs calibration data from your domain: pass --calib data.npz "
+                "(arrays named like the model's inputs, ~100 samples), or use --precision fp32/fp16/int8-weights")
+        n = len(ctx.calib)
+        plans = []
+        for method, k in INT8_CANDIDATES:
+            if (method, min(k, n)) not in plans:
+                plans.append((method, min(k, n)))
+        specs = ctx.source.inputs
+        t0 = time.perf_counter()
+        procs = []
+        candidates, best = [], None
+        try:
+            for method, k in plans:  # each calibration in its own child, side by side
+                tag = f"{method.lower()}{k}"
+                samples_dir = work / f"calib-{tag}"
+                shapes = self._write_samples(ctx.calib, specs, k, samples_dir)
+                config = work / f"quant-{tag}.json"
+                config.write_text(json.dumps({
+                    "path": str(samples_dir), "input_type": "sequence", "used_sample_num": k, "inputs": shapes,
+                    "feature_quantize_method": method, "weight_quantize_method": "MAX_ABS",
+                }))
+                out = work / f"model.int8-{tag}.mnn"
+                procs.append((method, k, out, _start_tool("quantize", ["mnnquant", str(fp32), str(out), str(config)],
+                                                          work)))
+            eval_samples = ctx.calib.samples[:INT8_EVAL_SAMPLES]
+            reference = self.predict(fp32, eval_samples)
+            for method, k, out, proc in procs:
+                code, log = _finish_tool(proc)
+                rec = {"feature_method": method, "samples": k}
+                if code != 0 or not out.is_file():
+                    rec["error"] = f"exit {code}: {_tail(log, 3)}"
+                    candidates.append(rec)
+                    continue
+                metrics = compare(reference, self.predict(out, eval_samples))["outputs"]
+                cos = [m["cosine_mean"] for m in metrics.values() if "cosine_mean" in m]
+                top1 = [m["top1_agreement"] for m in metrics.values() if "top1_agreement" in m]
+                rec.update({"cosine_mean": round(min(cos), 6) if cos else None,
+                            "top1_agreement": round(min(top1), 4) if top1 else None,
+                            "size_bytes": out.stat().st_size})
+                candidates.append(rec)
+                score = (rec["cosine_mean"] if rec["cosine_mean"] is not None else -1.0,
+                         rec["top1_agreement"] if rec["top1_agreement"] is not None else 0.0)
+                if best is None or score > best[0]:
+                    best = (score, rec, out)
+        finally:
+            for *_, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                if proc.stdout is not None and not proc.stdout.closed:
+                    proc.communicate()
+        if best is None:
+            raise ConversionError("MNN's quantization tool failed for every calibration: "
+                                  + "; ".join(c.get("error", "") for c in candidates))
+        ctx.log("  int8 calibrations: " + ", ".join(
+            f"{c['feature_method']}/{c['samples']}: " + (f"cos {c['cosine_mean']}" if "error" not in c else "failed")
+            for c in candidates) + f" -> {best[1]['feature_method']}/{best[1]['samples']}")
+        section = {
+            "method": "static (full int8: weights and activations)", "tool": "MNN quantization tool (_tools.mnnquant)",
+            "calibration_input": "raw tensors (input_type sequence)", "weights": "int8 per-channel, MAX_ABS",
+            "activations": "int8 per-tensor, symmetric", "calibration_samples": n,
+            "candidates": candidates, "chosen": best[1],
+            "selection": (f"highest mean cosine to the FP32 MNN model on the first {len(eval_samples)} calibration "
+                          "samples (in-sample)"),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+        return best[2], section
+
+
+BACKEND = MNNBackend()
