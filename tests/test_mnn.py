@@ -190,8 +190,10 @@ def test_deploy_int8_over_ssh(ppocr, sshd, tmp_path):
         assert any("int8 runs slower than fp32" in w for w in r["warnings"])
 
 
-def test_mobilenetv2_fp32(tmp_path):
+def test_mobilenetv2_fp32_through_the_agent(tmp_path, local_device):
     from make_mobilenetv2 import make_mobilenetv2
+
+    from edgekit.deployer import deploy
 
     src = tmp_path / "mobilenetv2.onnx"
     make_mobilenetv2(src)
@@ -200,6 +202,8 @@ def test_mobilenetv2_fp32(tmp_path):
     assert s["cosine_mean"] > 0.99999 and s["top1_agreement"] == 1.0
     assert r["mnn"]["model_ops"]["ConvolutionDepthwise"] == 17
     assert r["model_size_bytes"] > 13_000_000
+    b = deploy(tmp_path / "mnv2", local_device, runs=5, warmup=1)
+    assert b["runtime"] == "mnn" and b["latency_ms"]["p50"] > 0 and b["device_fidelity"]["passed"]
 
 
 def test_json_stdout_is_one_object(tmp_path, tiny_model):
