@@ -72,6 +72,7 @@ class Agent(object):
         self.token = token
         self.loaded = {}
         self.lock = threading.Lock()
+        self._load_locks = {}
         self.started = time.time()
         self.warmup_on_load = warmup_on_load
         self.metrics = Metrics()
@@ -79,8 +80,16 @@ class Agent(object):
             if telemetry else None
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
 
+    def _load_lock(self, name):
+        with self.lock:
+            return self._load_locks.setdefault(name, threading.Lock())
+
     def load(self, name, threads=None, providers=None, warmup=None):
         """Load the current version and warm it up, so the first real request pays no cold start."""
+        with self._load_lock(name):
+            return self._load(name, threads, providers, warmup)
+
+    def _load(self, name, threads=None, providers=None, warmup=None):
         version, bundle_dir, manifest = self.store.current(name)
         runner_cls = runners.get(manifest["backend"])
         runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
@@ -101,7 +110,8 @@ class Agent(object):
             self.loaded[name] = model
             self._remember()
         if old is not None:
-            old.runner.close()
+            with old.lock:  # a request still running on the old runner finishes first
+                old.runner.close()
         self.metrics.load(name, version)
         if self.recorder:
             self.recorder.event("load", name, version, {"load_ms": runner.load_ms, "warmup_runs": warmup})
@@ -135,7 +145,9 @@ class Agent(object):
         version = model.version if model else None
         backend = model.runner.manifest.get("backend") if model else None
         accelerator = model.accelerator if model else None
-        self.metrics.request(name, version, backend, accelerator, outcome, infer_ms, queue_ms)
+        # Names of models that do not exist come from clients: one label for all of them keeps /metrics bounded.
+        label = name if (model is not None or name in self.loaded or outcome != "unknown_model") else "(unknown)"
+        self.metrics.request(label, version, backend, accelerator, outcome, infer_ms, queue_ms)
         if self.recorder:
             return self.recorder.record(name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome,
                                         error, pre_ms)
@@ -147,7 +159,11 @@ class Agent(object):
         with self.lock:
             model = self.loaded.get(name)
         if model is None or model.version != version:
-            model = self.load(name)
+            with self._load_lock(name):  # concurrent first requests load it once
+                with self.lock:
+                    model = self.loaded.get(name)
+                if model is None or model.version != self.store.current_version(name):
+                    model = self._load(name)
         return model
 
 
@@ -524,17 +540,18 @@ def _query(h):
     q = parse_qs(h.path.partition("?")[2])
     try:
         return (int(q.get("after_id", ["0"])[0]), int(q.get("after_event", ["0"])[0]),
-                float(q.get("after_context", ["0"])[0]), int(q.get("limit", ["5000"])[0]))
+                float(q.get("after_context", ["0"])[0]), int(q.get("limit", ["5000"])[0]),
+                int(q.get("after_annotation", ["0"])[0]))
     except ValueError:
-        raise HTTPError(400, "after_id, after_event and limit are integers; after_context is a number")
+        raise HTTPError(400, "after_id, after_event, after_annotation and limit are integers; after_context a number")
 
 
 @route("GET", "/v1/telemetry")
 def telemetry_pull(h):
     rec = _recorder(h)
-    after_id, after_event, after_context, limit = _query(h)
+    after_id, after_event, after_context, limit, after_annotation = _query(h)
     try:
-        out = rec.pull(after_id, after_event, after_context, limit)
+        out = rec.pull(after_id, after_event, after_context, limit, after_annotation)
     except TelemetryError as e:
         raise HTTPError(e.status, str(e))
     out["device"] = device_info()
@@ -550,7 +567,9 @@ def telemetry_status(h):
 def telemetry_annotate(h):
     body = h.json_body()
     try:
-        rid = int(body["request_id"])
+        rid = body["request_id"]
+        if not isinstance(rid, int) or isinstance(rid, bool):
+            raise TypeError
         pre = None if body.get("pre_ms") is None else float(body["pre_ms"])
         post = None if body.get("post_ms") is None else float(body["post_ms"])
     except (KeyError, TypeError, ValueError):
@@ -559,6 +578,8 @@ def telemetry_annotate(h):
         _recorder(h).annotate(rid, pre, post)
     except TelemetryError as e:
         raise HTTPError(e.status, str(e))
+    except ValueError as e:
+        raise HTTPError(400, str(e))
     return {"request_id": rid, "queued": True}
 
 

@@ -44,7 +44,11 @@ CREATE TABLE IF NOT EXISTS minutes(minute INTEGER, model TEXT, version TEXT, bac
 CREATE TABLE IF NOT EXISTS context(ts REAL PRIMARY KEY, load1 REAL, mem_available_mb REAL, temp_c REAL);
 CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, ts REAL, kind TEXT, model TEXT, version TEXT,
     detail TEXT);
+CREATE TABLE IF NOT EXISTS annotations(id INTEGER PRIMARY KEY, request_id INTEGER, pre_ms REAL, post_ms REAL);
 """
+ANNOTATION_COLUMNS = ("id", "request_id", "pre_ms", "post_ms")
+MAX_QUEUE = 200000     # records waiting for the writer; beyond this they are counted as dropped
+MAX_ID = 2 ** 63 - 1
 
 
 class TelemetryError(Exception):
@@ -125,10 +129,10 @@ class Recorder(object):
                           "record again." % (self.path, e))
             self._ids = itertools.count(1)
             return
-        row = self._db.execute("SELECT MAX(id) FROM requests").fetchone()
-        self._ids = itertools.count((row[0] or 0) + 1)
-        row = self._db.execute("SELECT MAX(id) FROM events").fetchone()
-        self._event_ids = itertools.count((row[0] or 0) + 1)
+        self._ids = itertools.count(self._next_id("requests"))
+        self._event_ids = itertools.count(self._next_id("events"))
+        self._annotation_ids = itertools.count(self._next_id("annotations"))
+        self._queue_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="telemetry-writer")
         self._thread.daemon = True
         self._thread.start()
@@ -157,6 +161,12 @@ class Recorder(object):
             raise
         return db
 
+    def _next_id(self, table):
+        """Ids are never reused, even after pruning emptied a table: a host's cursor stays valid."""
+        row = self._db.execute("SELECT MAX(id) FROM %s" % table).fetchone()
+        kept = self._db.execute("SELECT value FROM meta WHERE key=?", ("last_id_" + table,)).fetchone()
+        return max(row[0] or 0, int(kept[0]) if kept else 0) + 1
+
     def check(self):
         if self.error:
             raise TelemetryError(self.error)
@@ -165,30 +175,42 @@ class Recorder(object):
     def record(self, model, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error=None,
                pre_ms=None, post_ms=None):
         """Queue one request's record; returns its id (for a later ``annotate``). Costs an append."""
-        rid = next(self._ids)
-        if self._db is None:
+        if self._db is None or self.error or len(self.queue) >= MAX_QUEUE:
             self.dropped += 1
-            return rid
-        self.queue.append((rid, time.time(), model, version, backend, accelerator, shape, queue_ms, infer_ms, pre_ms,
-                           post_ms, outcome, error))
+            return None
+        with self._queue_lock:  # ids reach the queue in order, so a pull never skips a lower id
+            rid = next(self._ids)
+            self.queue.append((rid, time.time(), model, version, backend, accelerator, shape, queue_ms, infer_ms,
+                               pre_ms, post_ms, outcome, error))
         return rid
 
     def annotate(self, rid, pre_ms=None, post_ms=None):
-        """Pre/post-processing times an app measured around a request it made."""
+        """Pre/post-processing times an app measured around a request it made (its own pull stream)."""
         self.check()
-        self.annotations.append((rid, pre_ms, post_ms))
+        if not (isinstance(rid, int) and 1 <= rid <= MAX_ID):
+            raise ValueError("request_id must be an id returned by infer")
+        with self._queue_lock:
+            self.annotations.append((next(self._annotation_ids), rid, pre_ms, post_ms))
 
     def event(self, kind, model=None, version=None, detail=None):
         """Loads, installs, rollbacks: marks on the timeline."""
         if self._db is not None:
-            self.events.append((next(self._event_ids), time.time(), kind, model, version,
-                                json.dumps(detail) if detail is not None else None))
+            with self._queue_lock:
+                self.events.append((next(self._event_ids), time.time(), kind, model, version,
+                                    json.dumps(detail) if detail is not None else None))
 
     # -- writer ------------------------------------------------------------------
     def _loop(self):
-        while not self._stop.wait(self.flush_interval):
+        failures = 0
+        while not self._stop.wait(min(self.flush_interval * (2 ** failures), 30.0)):
             try:
                 self.flush()
+                failures = 0
+                if self.error and self.error.startswith("writing"):
+                    self.error = None
+            except sqlite3.OperationalError as e:  # locked, busy, disk full: keep the rows and try again
+                failures = min(failures + 1, 8)
+                self.error = "writing to telemetry store %s keeps failing (%s); records wait in memory" % (self.path, e)
             except sqlite3.DatabaseError as e:
                 self.error = "telemetry store %s failed while writing: %s" % (self.path, e)
                 return
@@ -216,24 +238,36 @@ class Recorder(object):
             if not (rows or notes or events or ctx):
                 return
             db = self._db
-            db.execute("BEGIN")
             try:
+                db.execute("BEGIN")
                 if rows:
                     db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
                     self._aggregate(db, rows)
-                for rid, pre, post in notes:
+                for aid, rid, pre, post in notes:
+                    db.execute("INSERT OR IGNORE INTO annotations VALUES (?,?,?,?)", (aid, rid, pre, post))
                     db.execute("UPDATE requests SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) "
                                "WHERE id=?", (pre, post, rid))
                 if events:
                     db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?)", events)
                 if ctx:
                     db.execute("INSERT OR REPLACE INTO context VALUES (?,?,?,?)", ctx)
+                for table, batch in (("requests", rows), ("events", events), ("annotations", notes)):
+                    if batch:
+                        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                   ("last_id_" + table, str(max(r[0] for r in batch))))
                 if now - self._last_prune > 60:
                     self._last_prune = now
                     self._prune(db, now)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                # Nothing is lost: the rows go back to the front of their queues for the next attempt.
+                self.queue.extendleft(reversed(rows))
+                self.annotations.extendleft(reversed(notes))
+                self.events.extendleft(reversed(events))
                 raise
             self.persisted += len(rows)
 
@@ -266,13 +300,15 @@ class Recorder(object):
         db.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (self.max_rows,))
         db.execute("DELETE FROM minutes WHERE minute < ?", (now - self.minute_age_s,))
         db.execute("DELETE FROM context WHERE ts < ?", (now - self.minute_age_s,))
+        db.execute("DELETE FROM events WHERE ts < ?", (now - self.minute_age_s,))
+        db.execute("DELETE FROM annotations WHERE id <= (SELECT MAX(id) FROM annotations) - ?", (self.max_rows,))
 
     def prune_now(self):
         with self._flush_lock:
             self._prune(self._db, time.time())
 
     # -- reading -----------------------------------------------------------------
-    def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000):
+    def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000, after_annotation=0):
         """Rows after the caller's cursors, oldest first; ``more`` says whether to ask again."""
         self.check()
         self.flush()
@@ -284,13 +320,16 @@ class Recorder(object):
                                       (after_event, limit)).fetchall()
             ctx = self._db.execute("SELECT * FROM context WHERE ts > ? ORDER BY ts LIMIT ?",
                                    (after_context, limit)).fetchall()
+            notes = self._db.execute("SELECT * FROM annotations WHERE id > ? ORDER BY id LIMIT ?",
+                                     (after_annotation, limit)).fetchall()
             oldest = self._db.execute("SELECT MIN(id) FROM requests").fetchone()[0]
-        more = len(rows) > limit or len(events) == limit or len(ctx) == limit
+        more = len(rows) > limit or len(events) == limit or len(ctx) == limit or len(notes) == limit
         rows = rows[:limit]
         return {
             "store_id": self.store_id, "columns": list(COLUMNS), "records": [list(r) for r in rows],
             "event_columns": list(EVENT_COLUMNS), "events": [list(e) for e in events],
             "context_columns": list(CONTEXT_COLUMNS), "context": [list(c) for c in ctx],
+            "annotation_columns": list(ANNOTATION_COLUMNS), "annotations": [list(a) for a in notes],
             "oldest_id": oldest, "more": more,
         }
 

@@ -262,3 +262,86 @@ def test_field_cli_and_html_report_in_chromium(local_device, tiny_bundle, tiny_m
     blue = ((img[:, :, 2] > 200) & (img[:, :, 0] < 120)).sum()       # histogram bars, p50 line
     green = ((img[:, :, 1] > 100) & (img[:, :, 0] < 60) & (img[:, :, 2] < 80)).sum()  # field bars
     assert blue > 2000 and green > 500, (blue, green)
+
+
+def test_late_annotations_reach_the_host_and_bad_ids_are_refused(deployed, store):
+    c = deployed.client
+    _, meta = c.infer("tiny", {"input": X}, with_meta=True)
+    pull(deployed, store)                                   # the row is on the host before the app reports
+    c.annotate(meta["request_id"], pre_ms=2.0, post_ms=3.0)
+    pull(deployed, store)
+    assert store.db.execute("SELECT pre_ms, post_ms FROM records WHERE id=?", (meta["request_id"],)).fetchone() == (2.0, 3.0)
+    for bad in (10 ** 20, -1, "7", True):
+        with pytest.raises(AgentHTTPError) as e:
+            c.request("POST", "/v1/telemetry/annotate", {"request_id": bad, "pre_ms": 1})
+        assert e.value.status == 400
+    traffic(c, ok=5)                                         # recording still works
+    assert pull(deployed, store)["added"] == 5
+
+
+def test_concurrent_first_requests_load_the_model_once(deployed):
+    """After a restart, parallel first requests must neither fail nor close each other's runner."""
+    stop_agent(sys.executable, deployed.root)
+    deployed.ensure_agent()
+    port = deployed.state["port"]
+    errors, done = [], []
+
+    def one():
+        cl = AgentClient("127.0.0.1", port)
+        try:
+            for _ in range(5):
+                cl.infer("tiny", {"input": X})
+            done.append(1)
+        except Exception as e:  # collect, the assertion below reports them
+            errors.append(repr(e))
+        finally:
+            cl.close()
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(done) == 8
+    text = deployed.client.metrics()
+    assert 'edgekit_model_loads_total{model="tiny"' in text
+
+
+def test_recorder_never_reuses_ids_and_keeps_rows_when_a_write_fails(tmp_path, monkeypatch):
+    from edgekit_agent import telemetry
+
+    rec = telemetry.Recorder(str(tmp_path), flush_interval=3600)
+    for _ in range(10):
+        rec.record("m", "v", "ort", "CPU", "1", 0.1, 1.0, "ok")
+    calls = []
+    real = telemetry.Recorder._aggregate
+
+    def fail_once(db, rows):
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return real(db, rows)
+
+    monkeypatch.setattr(telemetry.Recorder, "_aggregate", staticmethod(fail_once))
+    with pytest.raises(sqlite3.OperationalError):
+        rec.flush()
+    assert len(rec.queue) == 10                              # nothing lost
+    rec.flush()
+    assert rec.persisted == 10 and not rec.queue
+    rec.max_age_s = 0
+    rec.prune_now()                                          # everything aged out
+    rec.close()
+    again = telemetry.Recorder(str(tmp_path), flush_interval=3600)
+    assert again.record("m", "v", "ort", "CPU", "1", 0.1, 1.0, "ok") == 11
+    again.close()
+
+
+def test_report_survives_failed_lookups_and_still_sees_regressions(store):
+    from edgekit.field import report_text
+
+    test_regression_after_a_deploy_is_flagged(store)
+    store.db.execute("INSERT INTO records VALUES ('s1', 500, ?, 'm', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+                     " 'unknown_model', 'unknown model')", (time.time() - 100,))
+    r = report(store)
+    assert len(r["regressions"]) == 1
+    assert "REGRESSION" in report_text(r)

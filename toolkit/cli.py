@@ -170,7 +170,7 @@ def cmd_field(args):
 
             out = Path(args.html)
             tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(render(r))
+            tmp.write_text(render(r), encoding="utf-8")
             tmp.replace(out)
             _err(f"wrote {out}")
         if args.json:

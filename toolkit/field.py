@@ -7,6 +7,7 @@ and duplicates nothing, and pulling twice stores nothing twice.
 """
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ DDL = """
 CREATE TABLE IF NOT EXISTS devices(store_id TEXT PRIMARY KEY, name TEXT, hostname TEXT, machine TEXT,
     transport TEXT, root TEXT, last_pull REAL);
 CREATE TABLE IF NOT EXISTS cursors(store_id TEXT PRIMARY KEY, after_id INTEGER, after_event INTEGER,
-    after_context REAL);
+    after_context REAL, after_annotation INTEGER DEFAULT 0);
 CREATE TABLE IF NOT EXISTS records(store_id TEXT, id INTEGER, ts REAL, model TEXT, version TEXT, backend TEXT,
     accelerator TEXT, shape TEXT, queue_ms REAL, infer_ms REAL, pre_ms REAL, post_ms REAL, outcome TEXT, error TEXT,
     PRIMARY KEY(store_id, id)) WITHOUT ROWID;
@@ -38,7 +39,8 @@ MIN_SAMPLES = 20
 
 class FieldStore:
     def __init__(self, path=None):
-        self.path = Path(path) if path else cache_root() / "field.db"
+        default = os.environ.get("EDGEKIT_FIELD_STORE")
+        self.path = Path(path) if path else Path(default) if default else cache_root() / "field.db"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(str(self.path), isolation_level=None)
@@ -46,6 +48,9 @@ class FieldStore:
                 raise sqlite3.DatabaseError("integrity check failed")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.executescript(DDL)
+            columns = [r[1] for r in self.db.execute("PRAGMA table_info(cursors)")]
+            if "after_annotation" not in columns:  # a store written by an earlier edgekit
+                self.db.execute("ALTER TABLE cursors ADD COLUMN after_annotation INTEGER DEFAULT 0")
         except sqlite3.DatabaseError as e:
             raise EdgekitError(f"field store {self.path} is unreadable ({e}); it was left untouched. Move it aside "
                                "to start a new one, or pass --store") from None
@@ -71,15 +76,16 @@ class FieldStore:
             (store_id, name, info.get("hostname"), info.get("machine"), transport, root, time.time()))
 
     def cursor(self, store_id):
-        row = self.db.execute("SELECT after_id, after_event, after_context FROM cursors WHERE store_id=?",
-                              (store_id,)).fetchone()
-        return row or (0, 0, 0.0)
+        row = self.db.execute("SELECT after_id, after_event, after_context, after_annotation FROM cursors "
+                              "WHERE store_id=?", (store_id,)).fetchone()
+        return row or (0, 0, 0.0, 0)
 
     def store_batch(self, batch, name, transport, root):
         """Write one pulled batch and move the cursor past it, atomically. Returns rows added."""
         sid = batch["store_id"]
-        after_id, after_event, after_context = self.cursor(sid)
+        after_id, after_event, after_context, after_annotation = self.cursor(sid)
         recs, events, ctx = batch["records"], batch["events"], batch["context"]
+        notes = batch.get("annotations", [])
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -90,9 +96,12 @@ class FieldStore:
             added = db.total_changes - before
             db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?)", [(sid, *e) for e in events])
             db.executemany("INSERT OR IGNORE INTO context VALUES (?,?,?,?,?)", [(sid, *c) for c in ctx])
+            # Pre/post times an app reported later: applied to rows pulled before (or in this batch).
+            db.executemany("UPDATE records SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) "
+                           "WHERE store_id=? AND id=?", [(n[2], n[3], sid, n[1]) for n in notes])
             new = (recs[-1][0] if recs else after_id, events[-1][0] if events else after_event,
-                   ctx[-1][0] if ctx else after_context)
-            db.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?)", (sid, *new))
+                   ctx[-1][0] if ctx else after_context, notes[-1][0] if notes else after_annotation)
+            db.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?)", (sid, *new))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -120,8 +129,9 @@ def pull(device, store, name=None, batch_size=5000, on_batch=None):
     total = batches = 0
     t0 = time.perf_counter()
     while True:
-        after_id, after_event, after_context = store.cursor(sid)
-        path = f"/v1/telemetry?after_id={after_id}&after_event={after_event}&after_context={after_context!r}&limit={batch_size}"
+        after_id, after_event, after_context, after_annotation = store.cursor(sid)
+        path = (f"/v1/telemetry?after_id={after_id}&after_event={after_event}&after_context={after_context!r}"
+                f"&after_annotation={after_annotation}&limit={batch_size}")
         batch = device.call("pulling records", device.client.request, "GET", path)
         if batch["store_id"] != sid:
             raise EdgekitError(f"{device.transport.description}: the telemetry store changed during the pull; pull again")
@@ -224,7 +234,7 @@ def report(store, model=None, since=None, now=None):
             "backend": ",".join(backends), "accelerator": ",".join(accelerators),
             "requests": len(grp), "ok": int(ok.sum()), "errors": int((~ok).sum()),
             "error_rate": float((~ok).mean()), "first_ts": float(ts.min()), "last_ts": float(ts.max()),
-            "throughput_rps": (len(grp) / span) if span > 0 else None,
+            "throughput_rps": ((len(grp) - 1) / span) if span > 0 else None,
             "latency_ms": field,
             "queue_ms": _percentiles(queue[ok & ~np.isnan(queue)]),
             "lab": {"p50_ms": lab[0], "p99_ms": lab[1], "ts": lab[2]} if lab else None,
@@ -233,18 +243,19 @@ def report(store, model=None, since=None, now=None):
             "histogram": _histogram(ok_ms),
         }
         entries.append(entry)
-    events = [dict(zip(("store_id", "ts", "kind", "model", "version"), e)) for e in store.db.execute(
+    all_events = [dict(zip(("store_id", "ts", "kind", "model", "version"), e)) for e in store.db.execute(
         "SELECT store_id, ts, kind, model, version FROM events WHERE kind IN ('install', 'rollback') ORDER BY ts")]
+    events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
     regressions = []
     by_device_model = {}
     for e in entries:
         by_device_model.setdefault((e["store_id"], e["model"]), []).append(e)
     for (sid, mdl), versions in by_device_model.items():
-        installed = {ev["version"]: ev["ts"] for ev in events if ev["store_id"] == sid and ev["model"] == mdl}
+        installed = {ev["version"]: ev["ts"] for ev in all_events if ev["store_id"] == sid and ev["model"] == mdl}
+        # Only versions with enough successful requests are compared (failed lookups have no version).
+        versions = [v for v in versions if v["version"] and v["ok"] >= MIN_SAMPLES]
         versions.sort(key=lambda v: installed.get(v["version"], v["first_ts"]))
         for before, after in zip(versions, versions[1:]):
-            if before["ok"] < MIN_SAMPLES or after["ok"] < MIN_SAMPLES:
-                continue
             change = after["latency_ms"]["p50"] / before["latency_ms"]["p50"] - 1.0
             if change > REGRESSION:
                 regressions.append({"device": after["device"], "model": mdl, "from": before["version"],
@@ -278,8 +289,8 @@ def report_text(r):
         lab = e["lab"]["p50_ms"] if e["lab"] else None
         drift = f"{100 * e['drift']:+6.1f}%" if e["drift"] is not None else f"{'-':>7}"
         rps = f"{e['throughput_rps']:7.1f}" if e["throughput_rps"] else f"{'-':>7}"
-        lines.append(f"  {e['device'][:16]:<16} {e['model'][:22]:<22} {e['version'][:17]:<17} "
-                     f"{e['accelerator'][:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
+        lines.append(f"  {e['device'][:16]:<16} {(e['model'] or '-')[:22]:<22} {(e['version'] or '-')[:17]:<17} "
+                     f"{(e['accelerator'] or '-')[:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
                      f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}")
     for g in r["regressions"]:
         lines.append(f"  REGRESSION on {g['device']}: {g['model']} {g['from']} -> {g['to']}: p50 "

@@ -7,23 +7,28 @@ here with a ``RUNNER`` class; ``RUNNER_MODULES`` lists them.
 """
 
 import importlib
+import threading
 
 from .base import Runner, RunnerError, RuntimeMissing
 
 RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn"}
 _RUNNERS = {}
+_LOCK = threading.Lock()
 
 
 def _load():
-    if not _RUNNERS:
-        for backend, module in RUNNER_MODULES.items():
-            try:
-                mod = importlib.import_module("." + module, __name__)
-            except ImportError as e:
-                if getattr(e, "name", None) == __name__ + "." + module:
-                    continue  # this agent ships without that runner
-                raise
-            _RUNNERS[backend] = mod.RUNNER
+    with _LOCK:  # request threads must never see a half-built table
+        if not _RUNNERS:
+            found = {}
+            for backend, module in RUNNER_MODULES.items():
+                try:
+                    mod = importlib.import_module("." + module, __name__)
+                except ImportError as e:
+                    if getattr(e, "name", None) == __name__ + "." + module:
+                        continue  # this agent ships without that runner
+                    raise
+                found[backend] = mod.RUNNER
+            _RUNNERS.update(found)
     return _RUNNERS
 
 

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 from .base import Runner, RunnerError, RuntimeMissing
 
@@ -50,6 +51,9 @@ def _flush_c_stdio():
         pass
 
 
+_CAPTURE_LOCK = threading.RLock()  # fd 1 is process-wide: one capture at a time (nesting in a thread is fine)
+
+
 class CaptureStdout(object):
     """Point file descriptor 1 at a temporary file while MNN's C++ code may print, then restore it.
 
@@ -64,6 +68,7 @@ class CaptureStdout(object):
         self._tmp = None
 
     def __enter__(self):
+        _CAPTURE_LOCK.acquire()
         try:
             sys.stdout.flush()
         except Exception:
@@ -96,6 +101,7 @@ class CaptureStdout(object):
         if self._tmp is not None:
             self._tmp.close()
             self._tmp = None
+        _CAPTURE_LOCK.release()
         return False
 
 
