@@ -390,7 +390,7 @@ def unload_model(h, name):
     return {"name": name, "unloaded": True}
 
 
-OUTCOMES = {400: "bad_request", 404: "unknown_model", 501: "runtime_missing"}
+OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing"}
 
 
 @route("POST", "/v1/models/([^/]+)/infer")

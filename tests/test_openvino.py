@@ -214,9 +214,9 @@ def hook(event, args):
 sys.addaudithook(hook)
 if sys.argv[2] == "build":
     import edgekit
-    for precision in ("fp32", "int8-weights"):
+    for precision in ("fp32", "int8-weights", "int8"):  # int8 runs nncf.quantize
         edgekit.build(sys.argv[3], "host", os.path.join(sys.argv[4], precision), backend="openvino",
-                      precision=precision, use_cache=False)
+                      precision=precision, use_cache=False, calib=sys.argv[5], min_top1=0.5)
     import nncf.telemetry.wrapper as nncf_telemetry
     import openvino.tools.ovc.telemetry_utils as ovc_telemetry
     print(json.dumps({"blocked": "openvino_telemetry" in sys.modules and sys.modules["openvino_telemetry"] is None,
@@ -228,7 +228,7 @@ else:
 '''
 
 
-def test_openvino_and_nncf_send_no_usage_data(tmp_path, tiny_model):
+def test_openvino_and_nncf_send_no_usage_data(tmp_path, tiny_model, tiny_calib):
     """OpenVINO's conversion API and NNCF would report usage to Google Analytics (and write ~/intel):
     a build and an agent bench, each in a fresh process without pytest, make no network call."""
     home = tmp_path / "home"
@@ -238,7 +238,8 @@ def test_openvino_and_nncf_send_no_usage_data(tmp_path, tiny_model):
     script.write_text(textwrap.dedent(NETWORK_WATCH))
     env = dict(os.environ, HOME=str(home))
     env.pop("CI", None)
-    p = subprocess.run([sys.executable, str(script), str(events), "build", str(tiny_model), str(tmp_path / "b")],
+    p = subprocess.run([sys.executable, str(script), str(events), "build", str(tiny_model), str(tmp_path / "b"),
+                        str(tiny_calib)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     state = json.loads(p.stdout.strip().splitlines()[-1])

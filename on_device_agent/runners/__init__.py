@@ -9,7 +9,7 @@ here with a ``RUNNER`` class; ``RUNNER_MODULES`` lists them.
 import importlib
 import threading
 
-from .base import Runner, RunnerError, RuntimeMissing
+from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
 RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn"}
 _RUNNERS = {}
@@ -45,4 +45,4 @@ def runtimes():
     return dict((name, cls.runtime_version()) for name, cls in sorted(_load().items()))
 
 
-__all__ = ["Runner", "RunnerError", "RuntimeMissing", "get", "runtimes"]
+__all__ = ["Runner", "RunnerError", "RunnerFault", "RuntimeMissing", "get", "runtimes"]

@@ -11,6 +11,11 @@ class RuntimeMissing(RunnerError):
     status = 501
 
 
+class RunnerFault(RunnerError):
+    """The runtime failed on the device (not the request's fault): answered as 500."""
+    status = 500
+
+
 class Runner(object):
     backend = None
     runtime = None          # the import / pip name of the runtime

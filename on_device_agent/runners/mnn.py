@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 
-from .base import Runner, RunnerError, RuntimeMissing
+from .base import Runner, RunnerError, RuntimeMissing, RunnerFault
 
 # MNNForwardType values (MNN/MNNForwardType.h). 13 is MNN_FORWARD_CPU_EXTENSION: the CPU backend
 # with x86 SIMD kernels, which is what a CPU session reports on x86.
@@ -234,7 +234,7 @@ class MNNModel(object):
         self._feed(feeds)
         code = self.interpreter.runSession(self.session)
         if code not in (0, None):
-            raise RunnerError("MNN runSession failed with error code %s" % code)
+            raise RunnerFault("MNN runSession failed with error code %s" % code)
         return self._outputs()
 
     def count_ops(self, feeds):

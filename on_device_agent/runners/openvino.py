@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from .base import Runner, RunnerError, RuntimeMissing
+from .base import Runner, RunnerError, RuntimeMissing, RunnerFault
 
 AUTO_DEFAULT = ["GPU", "CPU"]  # OpenVINO's AUTO default priority; the NPU is used only when listed
 
@@ -202,7 +202,7 @@ class OpenVINORunner(Runner):
             break
         older = self._older_runtime()
         if self.compiled is None:
-            raise RunnerError("OpenVINO %s could not load the model on any of %s: %s%s"
+            raise RunnerFault("OpenVINO %s could not load the model on any of %s: %s%s"
                               % (self.version, ", ".join(order), "; ".join(skipped), "; " + older if older else ""))
         if older:
             self.warnings.append(older)
