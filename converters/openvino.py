@@ -29,7 +29,6 @@ edgekit never lets them: :func:`no_telemetry` runs before any OpenVINO/NNCF impo
 import contextlib
 import io
 import logging
-import sys
 import warnings as _warnings
 from pathlib import Path
 
@@ -42,25 +41,8 @@ PRECISION_MARK = ["edgekit", "inference_precision"]   # rt_info key: the precisi
 AUTO_DEFAULT = ("GPU", "CPU")   # OpenVINO's AUTO default priority (the NPU is only used when listed)
 
 
-def no_telemetry():
-    """Keep OpenVINO and NNCF from sending usage data (and from writing ~/intel) in this process.
-
-    Both import ``openvino_telemetry`` inside ``try/except ImportError`` and fall back to a stub
-    that sends nothing (``openvino/tools/ovc/telemetry_stub.py``, ``nncf.telemetry.wrapper``).
-    A ``None`` entry in ``sys.modules`` makes that import raise ImportError. If something in
-    this process imported and configured it already, its singleton's consent is turned off.
-    There is no environment variable for openvino_telemetry (only CI detection), and its
-    opt-out API (``Telemetry.opt_out``/``opt_in_out --opt_out``) itself sends a "declined" event.
-    """
-    mod = sys.modules.get("openvino_telemetry")
-    if mod is None:
-        sys.modules["openvino_telemetry"] = None
-        return
-    instance = getattr(getattr(mod, "Telemetry", None), "_SingletonMetaClass__single_instance", None)
-    if instance is not None:
-        instance.consent = False
-    else:
-        sys.modules["openvino_telemetry"] = None  # nobody configured it: OpenVINO and NNCF take their stubs
+# One implementation of the telemetry block, shared with the agent's runner (which must stay stdlib-only).
+from edgekit_agent.runners.openvino import no_telemetry  # noqa: E402
 
 
 def _ov():

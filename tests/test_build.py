@@ -1,5 +1,4 @@
 import json
-import time
 
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """deploy --ssh end to end against a real OpenSSH server started by the test suite on loopback."""
 
-import json
 import sys
 
 import numpy as np

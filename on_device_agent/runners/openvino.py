@@ -17,16 +17,21 @@ import os
 import sys
 import time
 
-from .base import Runner, RunnerError, RuntimeMissing, RunnerFault
+from .base import Runner, RunnerFault, RuntimeMissing
 
 AUTO_DEFAULT = ["GPU", "CPU"]  # OpenVINO's AUTO default priority; the NPU is used only when listed
 
 
-def _no_telemetry():
-    """``import openvino`` imports its model conversion API, which sends usage data to Google
-    Analytics through ``openvino_telemetry`` unless a consent file declines. OpenVINO falls
-    back to a no-op stub when that import fails: make it fail. (Its opt-out API would itself
-    send a "declined" event, and there is no environment variable for it.)"""
+def no_telemetry():
+    """Keep OpenVINO and NNCF from sending usage data (and from writing ~/intel) in this process.
+
+    ``import openvino`` imports its model conversion API, which sends usage data to Google
+    Analytics through ``openvino_telemetry`` unless a consent file declines; NNCF does the same.
+    Both import it inside ``try/except ImportError`` and fall back to a stub that sends nothing
+    (``openvino/tools/ovc/telemetry_stub.py``, ``nncf.telemetry.wrapper``): a ``None`` entry in
+    ``sys.modules`` makes that import fail. If something in this process imported and configured
+    it already, its singleton's consent is turned off. There is no environment variable for it
+    (only CI detection), and its opt-out API itself sends a "declined" event."""
     mod = sys.modules.get("openvino_telemetry")
     if mod is None:
         sys.modules["openvino_telemetry"] = None
@@ -35,11 +40,11 @@ def _no_telemetry():
     if instance is not None:
         instance.consent = False
     else:
-        sys.modules["openvino_telemetry"] = None
+        sys.modules["openvino_telemetry"] = None  # nobody configured it: OpenVINO and NNCF take their stubs
 
 
 def _import_openvino():
-    _no_telemetry()
+    no_telemetry()
     import openvino
 
     return openvino
