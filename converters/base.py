@@ -30,6 +30,14 @@ class BuildContext:
     check: object           # check(step_name, model_path) -> fidelity record; raises FidelityError
     log: object = print     # log(message) for progress lines
 
+    def require_calibration(self, what, instead):
+        """Refuse calibrated quantization without real data from the user's domain."""
+        if self.calib is None or self.calib.synthetic:
+            from edgekit.errors import DataError
+
+            raise DataError(f"{what} needs calibration data from your domain: pass --calib data.npz (arrays named "
+                            f"like the model's inputs, ~100-300 samples), or use --precision {instead}")
+
 
 @dataclass
 class BuildResult:

@@ -325,13 +325,10 @@ class MNNBackend(Backend):
         return shapes
 
     def _int8(self, ctx, fp32, work):
-        from edgekit.errors import ConversionError, DataError
+        from edgekit.errors import ConversionError
         from edgekit.fidelity import compare
 
-        if ctx.calib is None or ctx.calib.synthetic:
-            raise DataError(
-                "int8 quantization needs calibration data from your domain: pass --calib data.npz "
-                "(arrays named like the model's inputs, ~100 samples), or use --precision fp32/fp16/int8-weights")
+        ctx.require_calibration("int8 quantization", "fp32/fp16/int8-weights")
         n = len(ctx.calib)
         plans = []
         for method, weights, k in INT8_CANDIDATES:

@@ -192,14 +192,12 @@ class OpenVINOBackend(Backend):
 
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):
-        from edgekit.errors import ConversionError, DataError
+        from edgekit.errors import ConversionError
 
         if ctx.precision not in self.precisions:
             raise ValueError(f"unsupported precision {ctx.precision}")
-        if ctx.precision == "int8" and (ctx.calib is None or ctx.calib.synthetic):
-            raise DataError(
-                "int8 post-training quantization needs calibration data from your domain: pass --calib data.npz "
-                "(arrays named like the model's inputs, ~100-300 samples), or use --precision fp32/fp16/int8-weights")
+        if ctx.precision == "int8":
+            ctx.require_calibration("int8 post-training quantization", "fp32/fp16/int8-weights")
         ov = _ov()
         settings = ctx.profile.backend("openvino")
         device = settings.get("device", "CPU")

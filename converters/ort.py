@@ -186,12 +186,9 @@ class OrtBackend(Backend):
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        from edgekit.errors import ConversionError, DataError
+        from edgekit.errors import ConversionError
 
-        if ctx.calib is None or ctx.calib.synthetic:
-            raise DataError(
-                "int8 static quantization needs calibration data from your domain: pass --calib data.npz "
-                "(arrays named like the model's inputs, ~100 samples), or use --precision fp32/fp16")
+        ctx.require_calibration("int8 static quantization", "fp32/fp16")
         pre = work / "model.pre.onnx"
         out = work / "model.int8.onnx"
         source = self._ensure_opset(ctx, 13, work)
