@@ -73,13 +73,21 @@ def cmd_build(args):
 
 
 # -- deploy / bench / agent -----------------------------------------------------
+def _device_target(args):
+    """``(kind, target, options)`` from the device flags of a command."""
+    if getattr(args, "ssh", None):
+        return "ssh", args.ssh, {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts}
+    if getattr(args, "adb", None) is not None:
+        return "adb", args.adb or None, {}
+    if getattr(args, "serial", None):
+        return "serial", args.serial, {"baud": args.baud}
+    return "local", None, {}
+
+
 def _device(args, profile=None):
     from .deployer import open_device
 
-    kind, target = ("ssh", args.ssh) if args.ssh else ("local", None)
-    opts = {}
-    if kind == "ssh":
-        opts = {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts}
+    kind, target, opts = _device_target(args)
     return open_device(kind, target, profile=profile, device_python=args.device_python, device_root=args.device_root, **opts)
 
 
@@ -193,6 +201,10 @@ def _device_options(p):
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="this machine is the device (default)")
     where.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="a device reached over SSH")
+    where.add_argument("--adb", metavar="SERIAL", nargs="?", const="",
+                       help="an Android device through the adb server (the only one attached, or SERIAL)")
+    where.add_argument("--serial", metavar="PORT", help="a board on a serial line, e.g. /dev/ttyUSB0")
+    p.add_argument("--baud", type=int, default=115200, help="--serial line speed (default 115200)")
     p.add_argument("--ssh-key", help="private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)")
     p.add_argument("--ssh-config", help="ssh client config file (default ~/.ssh/config)")
     p.add_argument("--known-hosts", help="extra known_hosts file to verify the device's host key against")

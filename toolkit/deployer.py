@@ -140,7 +140,7 @@ class Device:
                          providers=providers, timeout=900)
 
 
-def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, **ssh_options):
+def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, **options):
     """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory."""
     prof = profile if isinstance(profile, profiles.Profile) or profile is None else profiles.load(profile)
     if prof is not None and prof.build_only:
@@ -154,7 +154,7 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
     else:
         python = device_python or agent.get("python") or "python3"
         root = device_root or agent.get("root") or "~/.cache/edgekit/device"
-    transport = connect(kind, target, **ssh_options)
+    transport = connect(kind, target, **options)
     return Device(transport, python=python, root=root)
 
 

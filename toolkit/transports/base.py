@@ -28,6 +28,11 @@ class Transport(abc.ABC):
     #: how the device is named in messages, e.g. "ssh pi@10.0.0.5:22" or "local"
     description = ""
 
+    @classmethod
+    def open(cls, target, **options):
+        """Connect to ``target`` (the kind's own address form); raise TransportError if unreachable."""
+        return cls(target, **options)
+
     @abc.abstractmethod
     def run(self, argv, timeout=120):
         """Run ``argv`` (a list) on the device; return a CommandResult."""

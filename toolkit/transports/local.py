@@ -12,6 +12,10 @@ class LocalTransport(Transport):
     name = "local"
     description = "local"
 
+    @classmethod
+    def open(cls, target=None, **options):
+        return cls()
+
     def run(self, argv, timeout=120):
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -33,3 +37,6 @@ class LocalTransport(Transport):
 
     def forward(self, remote_port):
         return remote_port
+
+
+TRANSPORT = LocalTransport

@@ -102,6 +102,8 @@ class SSHTransport(Transport):
     name = "ssh"
 
     def __init__(self, target, key_file=None, ssh_config=None, known_hosts=None, timeout=15.0):
+        if not target:
+            raise TransportError("ssh needs a target: [USER@]HOST[:PORT]")
         try:
             import paramiko
         except ImportError:
@@ -212,3 +214,6 @@ class SSHTransport(Transport):
             except Exception:  # the link may be gone already
                 pass
         self.client.close()
+
+
+TRANSPORT = SSHTransport
