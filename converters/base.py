@@ -29,6 +29,9 @@ class BuildContext:
     workdir: Path
     check: object           # check(step_name, model_path) -> fidelity record; raises FidelityError
     log: object = print     # log(message) for progress lines
+    budget: object = None   # edgekit.passes.mixed_precision.Budget: int8 with layers kept float until it holds
+    evaluation: object = None   # the Dataset the fidelity checks run on (--val, else the calibration data)
+    allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
 
     def require_calibration(self, what, instead):
         """Refuse calibrated quantization without real data from the user's domain."""
@@ -57,6 +60,7 @@ class Backend(abc.ABC):
     runtime = ""          # the runtime's Python package, on host and device
     install_hint = ""     # how to get the runtime
     precisions = ()       # precisions this backend can build
+    toolenv = None        # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
 
     @abc.abstractmethod
     def availability(self):
@@ -88,3 +92,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def runner(self, model_path, threads=None):
         """A callable ``run(feed)`` for the built model on the host (for timing)."""
+
+    # -- mixed precision (optional) ------------------------------------------------
+    def quantize(self, ctx, exclude=()):
+        """INT8-quantize ``ctx.reference_path`` with the layers in ``exclude`` kept in float; return the file.
+
+        ``exclude`` holds :class:`edgekit.passes.mixed_precision.Layer` objects: weighted layers of the
+        reference ONNX model, each with the tensor names (``layer.tensors``) its output is known by once
+        a following BatchNormalization or bias Add is folded in, so a backend can find the layer in its
+        own graph. Each call writes a new file in ``ctx.workdir``; it does not call ``ctx.check`` (the
+        search and the build's final step do). A backend whose format cannot keep single layers in float
+        keeps this default, and ``--budget`` is refused for it.
+        """
+        from edgekit.errors import ConversionError
+
+        raise ConversionError(f"backend {self.name!r} cannot keep layers in float (no mixed int8/float models): "
+                              "--budget is not available for it; build --precision int8 without --budget, "
+                              "or --precision fp16")
+
+    def supports_mixed_precision(self):
+        return type(self).quantize is not Backend.quantize
