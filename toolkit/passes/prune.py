@@ -1,0 +1,364 @@
+"""Pruning: structured (remove whole channels, rewire every consumer) and unstructured (zero weights).
+
+Structured pruning removes, in every prunable channel group (see
+:mod:`edgekit.passes.prune_graph`), the ``ratio`` fraction of channels with the smallest
+importance: the L1 norm of each producer's filter, scaled by the following
+BatchNormalization's ``|gamma| / sqrt(var + eps)`` when there is one (the filter's norm
+as BN folds it), each producer's scores divided by their mean so that the producers of a
+residual group weigh alike. The model really gets smaller and cheaper: weights, biases,
+BN vectors and MACs shrink. With calibration data, *bias correction* adds each removed
+input channel's mean contribution (its mean activation on the calibration samples,
+measured on the unpruned model, times the consumer's weights) to the consumer's bias, a
+training-free recovery step. Fine-tuning with a training framework is not done here.
+
+Unstructured pruning sets the ``ratio`` fraction of smallest-magnitude weights of every
+Conv/Gemm/MatMul to zero (per layer, or one global threshold): the file keeps its size
+but compresses (and backends with sparse or compressed weights benefit).
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .base import Option, Pass, PassConfigError, PassResult, file_sizes, param_count
+from .graph_fold import fold_constants, name_nodes, static_shapes
+from .prune_graph import Analysis, macs
+
+MODES = ("structured", "unstructured")
+RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction"}
+BIAS_CORRECTION_SAMPLES = 64
+# Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
+# them, a pruned build is gated like an int8 build.
+PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
+
+
+def check_ratio(value, what="pruning ratio"):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1) or math.isnan(value):
+        raise PassConfigError(f"{what} must be a number in [0, 1) (the fraction to remove, e.g. 0.3), got {value!r}")
+    return float(value)
+
+
+def load_recipe(path):
+    """Read a TOML recipe: ``mode``, ``ratio``, ``scope``, ``skip = [...]``, ``[layers]`` name = ratio."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    p = Path(path)
+    if not p.is_file():
+        raise PassConfigError(f"pruning recipe not found: {p}")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise PassConfigError(f"pruning recipe {p} is not valid TOML: {e}") from None
+    unknown = sorted(set(data) - RECIPE_KEYS)
+    if unknown:
+        raise PassConfigError(f"pruning recipe {p}: unknown key(s) {', '.join(unknown)}; "
+                              f"a recipe may set {', '.join(sorted(RECIPE_KEYS))}")
+    if not isinstance(data.get("layers", {}), dict) or not isinstance(data.get("skip", []), list):
+        raise PassConfigError(f"pruning recipe {p}: 'layers' must be a table (name = ratio) and 'skip' a list of names")
+    for name, r in data.get("layers", {}).items():
+        check_ratio(r, f"pruning recipe {p}: ratio of layer {name!r}")
+    return data
+
+
+def settings(prune=None, mode=None, recipe=None):
+    """The pass settings a build asked for (None: no pruning). ``prune`` is the ratio, e.g. 0.3."""
+    if prune is None and recipe is None and mode is None:
+        return None
+    data = load_recipe(recipe) if recipe else {}
+    ratio = prune if prune is not None else data.get("ratio")
+    if ratio is None:
+        raise PassConfigError("pruning needs a ratio: pass --prune 0.3 (or set ratio = 0.3 in the recipe)")
+    out = {"ratio": check_ratio(ratio), "mode": mode or data.get("mode", "structured"),
+           "layers": dict(data.get("layers", {})), "skip": list(data.get("skip", []))}
+    for key in ("scope", "channel_multiple", "bias_correction"):
+        if key in data:
+            out[key] = data[key]
+    PrunePass(**out)  # validate now, before any conversion
+    return out
+
+
+def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None):
+    """The fidelity gate of a pruned build: int8-like defaults where the user set nothing."""
+    from ..fidelity import Thresholds
+
+    return Thresholds(
+        min_cosine=min_cosine if min_cosine is not None else min(thresholds.min_cosine, PRUNED_THRESHOLDS["min_cosine"]),
+        min_top1=min_top1 if min_top1 is not None else min(thresholds.min_top1, PRUNED_THRESHOLDS["min_top1"]),
+        max_accuracy_drop=max_accuracy_drop if max_accuracy_drop is not None
+        else max(thresholds.max_accuracy_drop, PRUNED_THRESHOLDS["max_accuracy_drop"]))
+
+
+class PrunePass(Pass):
+    name = "prune"
+    options = (
+        Option("mode", str, "structured", "structured: remove channels; unstructured: zero single weights", MODES),
+        Option("ratio", float, 0.3, "fraction of channels (structured) or weights (unstructured) to remove, in [0, 1)"),
+        Option("scope", str, "layer", "unstructured only: the same ratio in every layer, or one global magnitude "
+                                      "threshold", ("layer", "global")),
+        Option("layers", dict, None, "per-layer ratios {node or weight name: ratio}"),
+        Option("skip", list, None, "layers (node or weight names) left unpruned"),
+        Option("channel_multiple", int, 8, "structured: keep channel counts at the nearest multiple of this (layers "
+                                           "with fewer channels are not rounded): vectorised CPU kernels run whole "
+                                           "blocks of 8 or 16 channels, other counts can run slower"),
+        Option("bias_correction", bool, True, "structured, with calibration data: fold removed channels' mean "
+                                              "contribution into the consumers' biases"),
+    )
+
+    def validate(self):
+        s = self.settings
+        check_ratio(s["ratio"])
+        for name, r in (s["layers"] or {}).items():
+            check_ratio(r, f"ratio of layer {name!r}")
+        if s["channel_multiple"] < 1:
+            raise PassConfigError(f"channel_multiple must be >= 1, got {s['channel_multiple']}")
+
+    # -- entry point ------------------------------------------------------------------
+    def run(self, ctx, model_path):
+        s = self.settings
+        original = onnx.load(str(model_path))
+        named = onnx.ModelProto()
+        named.CopyFrom(original)
+        name_nodes(named)
+        model = fold_constants(named)
+        shapes = static_shapes(model)
+        layers = _prunable_layers(model)
+        self._check_names(layers)
+        out = Path(ctx.workdir) / f"pruned.{s['mode']}.onnx"
+        if s["mode"] == "structured":
+            pruned, section = self._structured(ctx, model, shapes, layers)
+            step = f"structured pruning ({s['ratio']:.0%} of channels)"
+        else:
+            pruned, section = self._unstructured(model, layers)
+            step = f"unstructured pruning ({s['ratio']:.0%} of weights)"
+        try:
+            onnx.checker.check_model(pruned, full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+            from ..errors import ConversionError
+
+            raise ConversionError(f"the pruned model fails the ONNX checker ({str(e).splitlines()[0]}); "
+                                  "use --prune-recipe to skip the layer named there") from None
+        onnx.save(pruned, str(out))
+        src = Path(ctx.workdir) / "pruning.input.onnx"
+        onnx.save(original, str(src))
+        section.update({
+            "mode": s["mode"], "ratio": s["ratio"], "step": step,
+            "params_before": param_count(model), "params_after": param_count(pruned),
+            "size_before": file_sizes(src), "size_after": file_sizes(out),
+        })
+        if s["mode"] == "structured":
+            before, after = macs(model, shapes), macs(pruned, static_shapes(pruned))
+            section["macs_before"], section["macs_after"] = sum(before.values()), sum(after.values())
+            for row in section["layers"]:
+                row["macs_before"], row["macs_after"] = before.get(row["name"]), after.get(row["name"])
+        ctx.log(f"  pruning: {section['params_before']:,} -> {section['params_after']:,} parameters, "
+                f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB")
+        record = ctx.check(step, out)
+        section["fidelity_passed"] = bool(record.get("passed")) if isinstance(record, dict) else None
+        return PassResult(out, section)
+
+    def _check_names(self, layers):
+        s = self.settings
+        aliases = {a for names in layers.values() for a in names}
+        for label, names in (("layers", list(s["layers"] or {})), ("skip", list(s["skip"] or []))):
+            unknown = [n for n in names if n not in aliases]
+            if unknown:
+                shown = sorted(layers)[:12]
+                raise PassConfigError(
+                    f"pruning recipe {label} name(s) {', '.join(map(repr, unknown))} match no Conv/Gemm/MatMul of the "
+                    f"model; its layers are: {', '.join(shown)}{' ...' if len(layers) > len(shown) else ''} "
+                    "(node names, or their weight names)")
+
+    def _ratio_for(self, names, layers):
+        """Ratio for a set of node names; None when the recipe skips one of them."""
+        s = self.settings
+        skip, per_layer = set(s["skip"] or ()), dict(s["layers"] or {})
+        ratios = []
+        for n in names:
+            aliases = layers.get(n, {n})
+            if aliases & skip:
+                return None
+            ratios += [per_layer[a] for a in aliases if a in per_layer]
+        return min(ratios) if ratios else s["ratio"]
+
+    # -- structured -------------------------------------------------------------------
+    def _structured(self, ctx, model, shapes, layers):
+        s = self.settings
+        an = Analysis(model, shapes)
+        keep, rows, skipped = {}, [], []
+        for g in an.groups():
+            names = sorted(set(g.producers))
+            if g.reasons:
+                skipped.append({"layers": names, "channels": g.size, "reason": "; ".join(g.reasons)})
+                continue
+            ratio = self._ratio_for(names, layers)
+            if ratio is None:
+                skipped.append({"layers": names, "channels": g.size, "reason": "skipped by the recipe"})
+                continue
+            n_keep = max(1, g.size - int(math.floor(ratio * g.size + 1e-9)))
+            m = s["channel_multiple"]
+            if m > 1 and g.size >= m:  # the nearest multiple: vectorised kernels (NCHWc) want whole blocks
+                n_keep = min(g.size, max(m, int(round(n_keep / m)) * m))
+            if n_keep < g.size:
+                scores = _importance(an, g.producers)
+                keep[g.root] = np.sort(np.argsort(-scores, kind="stable")[:n_keep])
+            for n in names:
+                rows.append({"name": n, "op": an.nodes[n].op_type, "group": names[0], "ratio": ratio,
+                             "channels_before": g.size, "channels_after": n_keep})
+        correction = {"applied": False}
+        bias_add = {}
+        if keep and s["bias_correction"]:
+            bias_add, correction = _bias_correction(ctx, model, an, keep)
+        pruned = an.apply(keep, bias_add)
+        before, after = _node_params(model), _node_params(pruned)
+        for row in rows:
+            row["params_before"], row["params_after"] = before.get(row["name"]), after.get(row["name"])
+        prunable = sum(g.size for g in an.groups() if not g.reasons)
+        removed = sum(r["channels_before"] - r["channels_after"] for r in rows if r["group"] == r["name"])
+        return pruned, {"layers": rows, "skipped": skipped, "bias_correction": correction,
+                        "channels_prunable": prunable, "channels_removed": removed,
+                        "channel_multiple": s["channel_multiple"]}
+
+    # -- unstructured -----------------------------------------------------------------
+    def _unstructured(self, model, layers):
+        s = self.settings
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        nodes = {n.name: n for n in m.graph.node}
+        inits = {i.name: i for i in m.graph.initializer}
+        chosen = {}
+        for name in layers:
+            ratio = self._ratio_for([name], layers)
+            if ratio is not None:
+                chosen[name] = ratio
+        weights = {n: numpy_helper.to_array(inits[nodes[n].input[1]]) for n in chosen}
+        threshold = None
+        if s["scope"] == "global":
+            allw = np.concatenate([np.abs(w).ravel() for n, w in weights.items()]) if weights else np.zeros(0)
+            k = int(math.floor(s["ratio"] * allw.size))
+            threshold = np.partition(allw, k - 1)[k - 1] if k > 0 else -1.0
+        rows, total, zeros = [], 0, 0
+        done = {}
+        for n, ratio in chosen.items():
+            w = weights[n]
+            flat = np.abs(w).ravel()
+            if threshold is not None and not (layers[n] & set(s["layers"] or {})):
+                mask = np.abs(w) <= threshold
+            else:
+                k = int(math.floor(ratio * flat.size))
+                mask = np.zeros(w.shape, bool)
+                if k:
+                    mask.ravel()[np.argsort(flat, kind="stable")[:k]] = True
+            before = float(np.mean(w == 0))
+            wname = nodes[n].input[1]
+            new = np.where(mask, 0, w).astype(w.dtype)
+            if wname in done:  # a weight shared by two layers: prune it once
+                new = np.where(mask | (done[wname] == 0), 0, w).astype(w.dtype)
+            done[wname] = new
+            inits[wname].CopyFrom(numpy_helper.from_array(new, wname))
+            total += w.size
+            zeros += int(np.sum(new == 0))
+            rows.append({"name": n, "op": nodes[n].op_type, "weights": int(w.size), "target": ratio,
+                         "sparsity_before": round(before, 4), "sparsity_after": round(float(np.mean(new == 0)), 4)})
+        skipped = [{"layers": [n], "reason": "skipped by the recipe"} for n in layers if n not in chosen]
+        return m, {"scope": s["scope"], "layers": rows, "skipped": skipped,
+                   "sparsity": round(zeros / total, 4) if total else 0.0, "weights_pruned": total}
+
+
+def _prunable_layers(model):
+    """``{node name: {node name, weight name}}`` for every Conv/Gemm/MatMul with a constant weight."""
+    inits = {i.name for i in model.graph.initializer}
+    return {n.name: {n.name, n.input[1]} for n in model.graph.node
+            if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in inits}
+
+
+def _node_params(model):
+    sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
+    return {n.name: sum(sizes.get(i, 0) for i in n.input[1:]) for n in model.graph.node
+            if n.op_type in ("Conv", "Gemm", "MatMul")}
+
+
+def _importance(an, producers):
+    """Per-channel score of a group: sum over producers of mean-normalised, BN-scaled filter L1 norms."""
+    consumers = {}
+    for n in an.model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    total = None
+    for name in producers:
+        node = an.nodes[name]
+        w = np.abs(an.inits[node.input[1]].astype(np.float64))
+        if node.op_type == "Conv":
+            score = w.reshape(w.shape[0], -1).sum(1)
+        elif node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute):
+            score = w.sum(1)
+        else:
+            score = w.sum(0)
+        after = consumers.get(node.output[0], [])
+        if len(after) == 1 and after[0].op_type == "BatchNormalization":
+            bn = after[0]
+            eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+            gamma, var = an.inits[bn.input[1]], an.inits[bn.input[4]]
+            score = score * np.abs(gamma) / np.sqrt(var.astype(np.float64) + eps)
+        mean = score.mean()
+        score = score / mean if mean > 0 else score
+        total = score if total is None else total + score
+    return total
+
+
+def _bias_correction(ctx, model, an, keep):
+    """``{consumer node: bias delta}`` from the removed input channels' mean activations on calibration data."""
+    calib = getattr(ctx, "calib", None)
+    if calib is None or getattr(calib, "synthetic", False) or not len(calib):
+        return {}, {"applied": False, "reason": "no calibration data (pass --calib)"}
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {}, {"applied": False, "reason": "onnxruntime is not installed"}
+    from onnx import TensorProto, helper
+
+    todo = {}
+    for kind, name, idx, lay, axis in an.edits:
+        node = an.nodes[name]
+        if kind != "slice" or idx != 1 or node.op_type not in ("Conv", "Gemm"):
+            continue
+        k = an.keep_indices(lay, keep)
+        full = sum(sz for _, sz in lay)
+        if len(k) < full:
+            todo[name] = (node, np.setdiff1d(np.arange(full), k))
+    if not todo:
+        return {}, {"applied": False, "reason": "no consumer lost input channels"}
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    graph_outputs = {o.name for o in m.graph.output}
+    tensors = sorted({node.input[0] for node, _ in todo.values()} - graph_outputs)
+    m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    samples = calib.samples[:BIAS_CORRECTION_SAMPLES]
+    sums = {}
+    for feed in samples:
+        for t, v in zip(tensors, sess.run(tensors, feed)):
+            axes = tuple(i for i in range(v.ndim) if i != 1)
+            sums[t] = sums.get(t, 0) + v.astype(np.float64).mean(axis=axes)
+    deltas = {}
+    for name, (node, removed) in todo.items():
+        if node.input[0] not in sums:
+            continue
+        mean = sums[node.input[0]][removed] / len(samples)
+        w = an.inits[node.input[1]].astype(np.float64)
+        if node.op_type == "Conv":
+            delta = w[:, removed].reshape(w.shape[0], len(removed), -1).sum(2) @ mean
+        else:
+            alpha = next((a.f for a in node.attribute if a.name == "alpha"), 1.0)
+            trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+            delta = alpha * ((w[:, removed] @ mean) if trans_b else (w[removed, :].T @ mean))
+        deltas[name] = delta.astype(np.float32)
+    return deltas, {"applied": True, "samples": len(samples), "layers": sorted(deltas),
+                    "method": "removed input channels' mean activation (unpruned model) times the consumer's "
+                              "weights, added to its bias"}
