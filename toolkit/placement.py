@@ -261,6 +261,7 @@ OP_FIXES = {  # advice for op types accelerators commonly reject (the math is ex
     "ReduceMax": "use GlobalMaxPool over the spatial axes if that is what it reduces",
     "Range": "fix the input shapes so Range folds into a constant",
     "ConstantOfShape": "fix the input shapes so ConstantOfShape folds into a constant",
+    "HardSigmoid": "export HardSigmoid as Clip(x * alpha + beta, 0, 1) (Mul, Add, Clip)",
     "Flatten": "export the Flatten as a Reshape to a constant shape (e.g. [1, -1])",
 }
 
@@ -382,7 +383,9 @@ def _ort_checker_target(proto, provider, profile):
                 if caveat and not any(q in caveat for q in ruled):
                     caveats.add(f"{node['op']}: {caveat}")
     ours = sum(1 for v in verdicts if v[0] == st.YES)
-    notes = [f"ONNX Runtime's checker: {info.num_supported_nodes}/{info.num_nodes} nodes in {info.num_partitions} "
+    notes = ["analysed after ONNX Runtime's basic graph optimizations, as a session on the device applies them "
+             "(constant folding, fusions, function ops inlined)",
+             f"ONNX Runtime's checker: {info.num_supported_nodes}/{info.num_nodes} nodes in {info.num_partitions} "
              f"partition(s), suitability {info.suitability().name}"]
     if ours != info.num_supported_nodes:
         notes.append(f"{info.num_supported_nodes - ours} node(s) the checker accepts break a caveat of its op list "
@@ -597,12 +600,12 @@ def explain(bundle_dir, profile=None, model=None):
             kind, graph = reader(model_file, Path(tmp))
             note = f"{manifest['model']} ({manifest['precision']})"
         elif model is not None:
-            from .model import load_model
+            from .model import file_sha256, load_model
 
-            src = load_model(model, {s["name"]: s["shape"] for s in manifest["inputs"]})
-            if src.sha256 != manifest["source"]["sha256"]:
+            if not Path(model).is_file() or file_sha256(model) != manifest["source"]["sha256"]:
                 raise BundleError(f"{model} is not the model bundle {bundle_dir} was built from (sha256 differs from "
                                   f"the manifest's source {manifest['source']['file']}); pass that file to --model")
+            src = load_model(model, {s["name"]: s["shape"] for s in manifest["inputs"]})
             kind, graph = "onnx", src.proto
             note = (f"the source model {Path(model).name} with the bundle's input shapes (fp32); the bundle's "
                     f"{manifest['model']} holds the {manifest['precision']} graph")
