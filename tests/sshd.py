@@ -168,8 +168,16 @@ class ThrowawaySSHD:
     ``sshd_config``, ``authorized_keys``, ``tmpdir``, ``pid`` (the listener).
     """
 
-    def __init__(self, startup_timeout: float = 15.0, user: Optional[str] = None):
-        self.host = "127.0.0.1"
+    def __init__(self, startup_timeout: float = 15.0, user: Optional[str] = None,
+                 netns: Optional[str] = None, host: Optional[str] = None,
+                 port: Optional[int] = None):
+        # netns: run sshd inside that network namespace (``ip netns exec``),
+        # listening on ``host``:``port`` there (both required with netns).
+        if netns and not (host and port):
+            raise ValueError("ThrowawaySSHD(netns=...) needs the host and port to listen on in there")
+        self.netns = netns
+        self._fixed_port = port
+        self.host = host or "127.0.0.1"
         self.port: int = 0
         self.user = user or pwd.getpwuid(os.geteuid()).pw_name
         self.startup_timeout = startup_timeout
@@ -225,7 +233,7 @@ class ThrowawaySSHD:
             # grab it before sshd binds: retry with a new port in that case.
             last_error = ""
             for _attempt in range(5):
-                self.port = _free_port(self.host)
+                self.port = self._fixed_port or _free_port(self.host)
                 self._write_port_files()
                 err = self._launch(sshd)
                 if err is None:
@@ -298,6 +306,8 @@ class ThrowawaySSHD:
                     "create /run/sshd (mode 755, owned by root) to proceed")
         else:
             cmd = sshd_cmd  # unprivileged sshd: no privsep chroot needed
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd
         # Errors from unshare/mount (before sshd's -E takes over) go to the
         # same log; both sides append, so lines don't clobber each other.
         self._log_fh = open(self.log, "ab")
@@ -323,6 +333,9 @@ class ThrowawaySSHD:
             time.sleep(0.02)
 
     def _banner_ok(self) -> bool:
+        if self.netns:
+            # Not reachable from this namespace: sshd's own log says when it listens.
+            return f"Server listening on {self.host} port {self.port}" in self._read_log()
         try:
             with socket.create_connection((self.host, self.port), timeout=2) as s:
                 return s.recv(64).startswith(b"SSH-")
@@ -415,4 +428,5 @@ class ThrowawaySSHD:
 
     def __repr__(self) -> str:
         state = "running" if self.proc is not None else "stopped"
-        return f"<ThrowawaySSHD {self.user}@{self.host}:{self.port} {state}>"
+        where = f" in netns {self.netns}" if self.netns else ""
+        return f"<ThrowawaySSHD {self.user}@{self.host}:{self.port}{where} {state}>"

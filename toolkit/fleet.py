@@ -183,7 +183,7 @@ def parse_inventory(data, path="inventory", base_dir=None):
             if key in e:
                 p = Path(os.path.expanduser(e[key]))
                 p = p if p.is_absolute() else base_dir / p
-                if not p.is_file():
+                if not (p.exists() if key == "ssh_config" else p.is_file()):  # ssh_config may be /dev/null
                     raise InventoryError(f"{path}: {where}: field {key!r}: no such file {p}")
                 e[key] = str(p)
         ssh_only = [k for k in HOST_PATHS if k in entry]
@@ -248,6 +248,8 @@ class _Job:
 
         def wrap(method, label):
             def tracked(*args, **kwargs):
+                if job.abandoned:  # past its deadline: do nothing more on this device
+                    raise TransportError("given up after its deadline")
                 job.set_step(label(*args) if callable(label) else label)
                 return method(*args, **kwargs)
             return tracked
