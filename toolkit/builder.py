@@ -100,6 +100,16 @@ def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=
             "note": "measured on the build machine, which is the target for the host profile"}
 
 
+def _placement(result, ctx, backend):
+    """Which accelerator runs each node (edgekit.placement); advice, so it never fails the build."""
+    try:
+        from .placement import explain_build
+
+        return explain_build(result, ctx, backend)
+    except Exception as e:  # recorded in the report instead
+        return {"error": f"placement analysis failed: {type(e).__name__}: {e}"}
+
+
 def _build_one(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
                input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
                allow_degraded=False, use_cache=True, log=None):
@@ -174,6 +184,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                                       calib=calib_ds, workdir=work, check=check, log=log)
         log(f"building {backend} {precision} for {prof.name}")
         result = be.build(ctx)
+        result.sections["placement"] = _placement(result, ctx, backend)
 
         staged = bundle_mod.staging_dir(output)
         try:

@@ -188,6 +188,25 @@ def cmd_field(args):
     return 0
 
 
+def cmd_explain(args):
+    from .placement import explain, selective_build, text
+
+    report = explain(args.bundle, profile=args.profile, model=args.model)
+    if args.selective_build:
+        report["selective_build_written"] = selective_build(args.bundle, args.selective_build)
+        _err(f"wrote {', '.join(report['selective_build_written']['files'])}")
+    if args.html:
+        from .placement_html import render
+
+        out = Path(args.html)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(render(report), encoding="utf-8")
+        tmp.replace(out)
+        _err(f"wrote {out}")
+    _emit(args, report, text)
+    return 0
+
+
 def cmd_doctor(args):
     from .diagnostics import doctor, doctor_text
 
@@ -287,6 +306,15 @@ def parser():
         fx.add_argument("--json", action="store_true")
         fx.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_field)
+
+    s = sub.add_parser("explain", help="which accelerator runs each node of a bundle, why not, and what would fix it")
+    s.add_argument("bundle")
+    s.add_argument("--profile", help="ask about another profile (default: the bundle's)")
+    s.add_argument("--model", help="the source ONNX model, for bundles whose model file is not a readable graph (.ort)")
+    s.add_argument("--selective-build", metavar="DIR", help="write the runtime's reduced-build inputs into DIR")
+    s.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    s.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    s.set_defaults(func=cmd_explain)
 
     s = sub.add_parser("doctor", help="which backends and transports work here, and why not")
     s.add_argument("--json", action="store_true")

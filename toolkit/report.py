@@ -60,6 +60,9 @@ def build_text(r):
             lines.append(f"  {device} operator support: {detail}")
         else:
             lines.append(f"  {device} operator support: {info}")
+    from .placement import summary_lines
+
+    lines += summary_lines(r.get("placement"))
     req = r.get("required_operators")
     if req:
         lines.append(f"  minimal build: {req['file']} ({len(req['config'])} line(s)); {req['use']}")
