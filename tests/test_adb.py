@@ -1,0 +1,361 @@
+"""deploy --adb end to end: the real adb command and server against tests/adbd.py.
+
+Everything device-side (the adb server, the daemons, the agents they start, and the edgekit
+commands that talk to them) runs in a private network namespace that has only a loopback
+interface, so nothing here can reach, or be reached from, beyond this machine. The server
+has its own HOME, TMPDIR, a non-default port and no mDNS.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgekit
+from conftest import stop_agent
+
+pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).resolve().parent
+SERVER_PORT = 5137  # not the default 5037: the transport must honour ANDROID_ADB_SERVER_PORT
+ADB = shutil.which("adb")
+ROOT = "~/edgekit"  # each test device has its own HOME, like separate phones
+
+
+def _bundled_adb():
+    try:
+        from adbutils._utils import _get_bin_dir
+
+        path = os.path.join(_get_bin_dir(), "adb")
+        return path if os.access(path, os.X_OK) else None
+    except ImportError:
+        return None
+
+
+class Phone:
+    """One tests/adbd.py daemon, attached to the lab's adb server."""
+
+    def __init__(self, lab, home, port=0):
+        self.lab, self.home = lab, Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(lab.ns + [sys.executable, str(HERE / "adbd.py"), "--port", str(port)],
+                                     env=dict(lab.env, HOME=str(self.home)), stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.port = int(line.split()[-1])
+        self.serial = f"127.0.0.1:{self.port}"
+        self.root = self.home / "edgekit"
+        lab.attach(self.serial)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def restart(self):
+        self.kill()
+        self.__init__(self.lab, self.home, self.port)
+
+    def close(self):
+        stop_agent(sys.executable, self.root)
+        self.kill()
+        self.lab.adb("disconnect", self.serial)
+
+
+class Lab:
+    """A loopback-only network namespace with an adb server in it."""
+
+    def __init__(self, tmp):
+        self.tmp = Path(tmp)
+        home = self.tmp / "host-home"
+        home.mkdir()
+        self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.holder.stdout.readline().strip() != "up":
+            self.holder.stdin.close()
+            self.holder.wait()
+            self.holder.stdout.close()
+            pytest.skip("cannot create a network namespace here (`unshare --net` needs root or user namespaces)")
+        self.ns = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("ADB_SERVER_SOCKET", "ANDROID_SERIAL", "ANDROID_ADB_SERVER_ADDRESS",
+                            "ANDROID_ADB_SERVER_HOST")}
+        env.update(HOME=str(home), ANDROID_USER_HOME=str(home / ".android"), TMPDIR=str(self.tmp),
+                   ANDROID_ADB_SERVER_PORT=str(SERVER_PORT), ADB_MDNS="0", ADB_MDNS_AUTO_CONNECT="0",
+                   PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p))
+        self.env = env
+        self.adb("start-server", check=0)
+
+    def run(self, argv, check=None, timeout=120, env=None):
+        p = subprocess.run(self.ns + [str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, env=dict(self.env, **(env or {})))
+        if check is not None:
+            assert p.returncode == check, f"{argv}: exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+        return p
+
+    def adb(self, *args, check=None, binary=ADB):
+        return self.run([binary, "-P", SERVER_PORT, *args], check=check, timeout=60)
+
+    def cli(self, *args, check=None):
+        return self.run([sys.executable, "-m", "edgekit", *args], check=check, timeout=300)
+
+    def attach(self, serial):
+        self.adb("connect", serial, check=0)
+        deadline = time.monotonic() + 20
+        while self.adb("-s", serial, "get-state").stdout.strip() != "device":
+            assert time.monotonic() < deadline, self.adb("devices").stdout
+            time.sleep(0.1)
+
+    def close(self):
+        self.adb("kill-server")
+        self.holder.stdin.close()
+        self.holder.wait()
+        self.holder.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if ADB is None:
+        pytest.skip("the adb command is not installed (Debian: apt-get install adb)")
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("unshare/nsenter (util-linux) are needed to isolate the adb server")
+    pytest.importorskip("adbutils")
+    lab = Lab(tmp_path_factory.mktemp("adb-lab"))
+    yield lab
+    lab.close()
+
+
+@pytest.fixture
+def phones(lab, tmp_path):
+    """``phones(n)`` attaches n test devices; all are detached and their agents stopped afterwards."""
+    made = []
+
+    def make(n=1):
+        new = [Phone(lab, tmp_path / f"phone{len(made) + i}") for i in range(n)]
+        made.extend(new)
+        return new
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def _sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# -- the real adb client against the test daemon ----------------------------------
+@pytest.mark.parametrize("client", ["debian", "adbutils-bundled"])
+def test_adb_client_shell_push_pull(lab, phones, tmp_path, client):
+    binary = ADB if client == "debian" else _bundled_adb()
+    if binary is None:
+        pytest.skip("adbutils ships no adb binary for this platform")
+    (phone,) = phones()
+    s = phone.serial
+    devices = lab.adb("devices", "-l", check=0, binary=binary).stdout
+    assert f"{s}" in devices and "model:edgekit_adbd" in devices
+
+    p = lab.adb("-s", s, "shell", "echo out; echo err >&2; exit 3", binary=binary)
+    assert (p.returncode, p.stdout, p.stderr) == (3, "out\n", "err\n")
+
+    data = np.random.default_rng(0).integers(0, 256, 3 * 1024 * 1024 + 17, dtype=np.uint8).tobytes()
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    remote = tmp_path / "device-side" / "sub" / "pushed.bin"
+    lab.adb("-s", s, "push", src, remote, check=0, binary=binary)
+    assert _sha256(remote) == _sha256(src)
+    back = tmp_path / "pulled.bin"
+    lab.adb("-s", s, "pull", remote, back, check=0, binary=binary)
+    assert _sha256(back) == _sha256(src)
+    listing = lab.adb("-s", s, "shell", "ls", remote.parent, check=0, binary=binary).stdout
+    assert listing.split() == ["pushed.bin"]
+
+
+# -- edgekit over ADB ---------------------------------------------------------------
+RUN_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from edgekit.transports import connect
+
+    with connect("adb", sys.argv[1]) as t:
+        out = {}
+        for shell_v2 in (True, False):  # the v1 shell is what devices without shell_v2 get
+            t.shell_v2 = shell_v2
+            rs = [t.run(["echo", "a  b", "$HOME", "it's", ";", "`id`"]),
+                  t.run(["sh", "-c", "echo out; echo err >&2; exit 7"]),
+                  t.run(["no-such-command-here"])]
+            out[str(shell_v2)] = [[r.returncode, r.stdout, r.stderr] for r in rs]
+        print(json.dumps(out))
+""")
+
+
+def test_run_quotes_argv_and_returns_exit_codes(lab, phones, tmp_path):
+    (phone,) = phones()
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    out = json.loads(lab.run([sys.executable, script, phone.serial], check=0).stdout)
+    v2, v1 = out["True"], out["False"]
+    assert v2[0] == v1[0] == [0, "a  b $HOME it's ; `id`\n", ""]
+    assert v2[1] == [7, "out\n", "err\n"]
+    assert v1[1][0] == 7 and sorted(v1[1][1].split()) == ["err", "out"]  # v1: one stream
+    assert v2[2][0] == 127 and "not found" in v2[2][2]
+    assert v1[2][0] == 127
+
+
+def test_deploy_and_bench_over_adb(lab, phones, tiny_bundle):
+    (phone,) = phones()
+    p = lab.cli("deploy", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable,
+                "--device-root", ROOT, "--runs", 20, "--warmup", 2, "--json", check=0)
+    r = json.loads(p.stdout)
+    assert r["transport"] == f"adb {phone.serial}"
+    assert r["runs"] == 20 and r["latency_ms"]["p50"] > 0 and r["deploy_seconds"] > 0
+    assert r["agent"]["root"] == str(phone.root)
+    assert (phone.root / "models" / "tiny" / "current").is_symlink()
+    assert (phone.root / "agent" / "edgekit-agent.pyz").is_file()
+    assert not list(phone.root.rglob("*.part"))
+    # the only device attached: --adb without a serial finds it; the bundle is not sent again
+    p = lab.cli("bench", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", ROOT,
+                "--runs", 5, "--json", check=0)
+    assert json.loads(p.stdout)["bundle_id"] == r["bundle_id"]
+    # the forwards edgekit made are gone again
+    assert lab.adb("forward", "--list", check=0).stdout.strip() == ""
+
+
+def test_several_devices_need_a_serial_or_all(lab, phones, tiny_bundle):
+    a, b = phones(2)
+    p = lab.cli("deploy", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", ROOT)
+    assert p.returncode == 4
+    assert a.serial in p.stderr and b.serial in p.stderr and "--adb SERIAL" in p.stderr
+    assert not a.root.exists() and not b.root.exists()
+
+    p = lab.cli("agent", "start", "--adb", b.serial, "--device-python", sys.executable, "--device-root", ROOT,
+                "--json", check=0)
+    assert json.loads(p.stdout)["root"] == str(b.root) and not a.root.exists()
+
+    p = lab.cli("deploy", tiny_bundle, "--adb", "all", "--device-python", sys.executable, "--device-root", ROOT,
+                "--runs", 5, "--warmup", 1, "--json", check=0)
+    rows = json.loads(p.stdout)["devices"]
+    assert sorted(r["name"] for r in rows) == sorted([a.serial, b.serial])
+    assert all(r["status"] == "ok" and r["p50_ms"] > 0 for r in rows)
+    for phone in (a, b):
+        assert (phone.root / "models" / "tiny" / "current").is_symlink()
+    p = lab.cli("bench", tiny_bundle, "--adb", "all", "--device-python", sys.executable)
+    assert p.returncode == 4 and "deploy" in p.stderr
+
+
+def test_no_device_is_a_clear_error(lab, tiny_bundle, tmp_path):
+    p = lab.cli("deploy", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", tmp_path / "r")
+    assert p.returncode == 4
+    assert "no Android device" in p.stderr and "USB debugging" in p.stderr and "adb devices" in p.stderr
+    p = lab.cli("deploy", tiny_bundle, "--adb", "0123456789ABCDEF", "--device-python", sys.executable,
+                "--device-root", tmp_path / "r")
+    assert p.returncode == 4 and "0123456789ABCDEF" in p.stderr and "adb devices" in p.stderr
+    p = lab.cli("deploy", tiny_bundle, "--adb", "all", "--device-python", sys.executable)
+    assert p.returncode == 4 and "no Android device" in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+CUT_SCRIPT = textwrap.dedent("""
+    import json, os, signal, sys
+    from edgekit.deployer import deploy, open_device
+    from edgekit.errors import TransportError
+
+    serial, pid, root, what, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    calls = []
+
+    def cut(name, done, total):
+        calls.append([name, done, total])
+        if len(calls) == 1:
+            os.kill(pid, signal.SIGKILL)
+
+    with open_device("adb", serial, device_python=sys.executable, device_root=root) as dev:
+        try:
+            if what == "put_file":
+                dev.probe()
+                dev.transport.put_file(path, dev.root + "/big.bin", progress=cut)
+            else:
+                deploy(path, dev, bench=False, progress=cut)
+            print(json.dumps({"error": None, "calls": calls}))
+        except TransportError as e:
+            print(json.dumps({"error": str(e), "calls": calls}))
+""")
+
+
+def test_connection_cut_mid_push_keeps_the_previous_version_and_resumes(lab, phones, tiny_bundle, tiny_model,
+                                                                         tiny_calib, tmp_path):
+    (phone,) = phones()
+    script = tmp_path / "cut.py"
+    script.write_text(CUT_SCRIPT)
+
+    def cut(what, path):
+        p = lab.run([sys.executable, script, phone.serial, phone.proc.pid, ROOT, what, path], check=0)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    v1 = json.loads(lab.cli("deploy", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable,
+                            "--device-root", ROOT, "--runs", 5, "--json", check=0).stdout)["bundle_id"]
+
+    # 1. the transport's own upload (sync push), cut after its first block
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(8 * 1024 * 1024))
+    r = cut("put_file", big)
+    assert r["error"] and r["calls"][0][1] < r["calls"][0][2]
+    assert f"adb {phone.serial}" in r["error"] and "uploading big.bin" in r["error"]
+    assert not (phone.root / "big.bin").exists()
+    phone.restart()
+
+    # 2. a bundle upload through the forwarded agent port, cut after its first chunk
+    x = np.load(tiny_calib)["input"]
+    val = tmp_path / "val.npz"
+    np.savez(val, input=np.concatenate([x] * 8))
+    v2_dir = tmp_path / "v2"
+    edgekit.build(tiny_model, "host", v2_dir, precision="fp16", val=val, name="tiny")
+    r = cut("deploy", v2_dir)
+    assert r["error"] and f"adb {phone.serial}" in r["error"] and "uploading" in r["error"]
+    assert "keeps serving what it served before" in r["error"]
+    phone.restart()
+
+    # the device still serves v1: bench of the v1 bundle needs exactly that version
+    p = lab.cli("bench", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable, "--device-root", ROOT,
+                "--runs", 3, "--json", check=0)
+    assert json.loads(p.stdout)["bundle_id"] == v1
+    # and the same deploy again completes
+    p = lab.cli("deploy", v2_dir, "--adb", phone.serial, "--device-python", sys.executable, "--device-root", ROOT,
+                "--runs", 3, "--json", check=0)
+    r = json.loads(p.stdout)
+    assert r["installed"]["previous"] == v1 and r["installed"]["version"] == r["bundle_id"] != v1
+
+
+# -- host logic ---------------------------------------------------------------------
+@pytest.mark.parametrize("env, expected", [
+    ({}, ("127.0.0.1", 5037)),
+    ({"ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 6000)),
+    ({"ADB_SERVER_SOCKET": "tcp:7000", "ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 7000)),
+    ({"ADB_SERVER_SOCKET": "tcp:10.0.0.2:7001"}, ("10.0.0.2", 7001)),
+])
+def test_server_address_from_the_environment(monkeypatch, env, expected):
+    from edgekit.transports.adb import server_address
+
+    for k in ("ADB_SERVER_SOCKET", "ANDROID_ADB_SERVER_PORT", "ANDROID_ADB_SERVER_ADDRESS", "ANDROID_ADB_SERVER_HOST"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert server_address() == expected
+
+
+def test_unix_server_socket_is_refused_clearly(monkeypatch):
+    from edgekit.errors import TransportError
+    from edgekit.transports.adb import server_address
+
+    monkeypatch.setenv("ADB_SERVER_SOCKET", "localfilesystem:/tmp/adb.sock")
+    with pytest.raises(TransportError, match="tcp:HOST:PORT"):
+        server_address()
