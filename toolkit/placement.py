@@ -284,12 +284,13 @@ def _summary(nodes, status, partition_count):
     yes = sum(1 for s in status if s == st.YES)
     unknown = sum(1 for s in status if s == st.UNKNOWN)
     flops = [x["flops"] for x in nodes]
-    known = all(f is not None for f in flops)
+    known = any(f is not None for f in flops)   # nodes whose shapes are unknown count as 0 (flops_partial)
     total = sum(f for f in flops if f) if known else None
     on = sum(f for f, s in zip(flops, status) if f and s == st.YES) if known else None
     return {"nodes": n, "on_accelerator": yes, "fallback": n - yes - unknown, "unknown": unknown,
             "node_share": round(yes / n, 4) if n else None, "flops": total, "flops_on_accelerator": on,
-            "flops_share": round(on / total, 4) if total else None, "partitions": partition_count}
+            "flops_share": round(on / total, 4) if total else None,
+            "flops_partial": known and any(f is None for f in flops), "partitions": partition_count}
 
 
 def _by_op(nodes, status):
@@ -532,7 +533,8 @@ def analyse(kind, graph, backend, profile, graph_note=""):
     out = {
         "schema": SCHEMA, "backend": backend, "profile": profile.name,
         "graph": {"kind": kind, "nodes": len(nodes),
-                  "flops": sum(f for f in flops if f) if all(f is not None for f in flops) else None,
+                  "flops": sum(f for f in flops if f) if any(f is not None for f in flops) else None,
+                  "flops_partial": any(f is None for f in flops),
                   "note": graph_note},
         "targets": targets,
     }
