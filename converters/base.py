@@ -110,5 +110,9 @@ class Backend(abc.ABC):
                               "--budget is not available for it; build --precision int8 without --budget, "
                               "or --precision fp16")
 
+    def layer_names(self, ctx, layers):
+        """``{layer.name: the backend's name for it, or None where its graph has no such layer}``."""
+        return {layer.name: layer.name for layer in layers}
+
     def supports_mixed_precision(self):
         return type(self).quantize is not Backend.quantize

@@ -220,8 +220,17 @@ class OpenVINOBackend(Backend):
             ctx.check("fp16-compressed weights", final)
         elif ctx.precision == "int8":
             final, sections["quantization"] = self._int8(ov, ctx, fp32_xml, work / "int8", device)
+            step = "int8 post-training quantization (NNCF)"
+            if ctx.budget is not None:
+                from edgekit.passes.mixed_precision import search
+
+                final, sections["mixed_precision"] = search(self, ctx, plain=final)
+                warnings.extend(sections["mixed_precision"].get("warnings", []))
+                floats = len(sections["mixed_precision"]["float_layer_names"])
+                step += f", {floats} layer(s) kept float for --budget {ctx.budget}"
+                sections["quantization"]["ignored_scope"] = sections["mixed_precision"]["float_layer_names"]
             exec_precision = None
-            ctx.check("int8 post-training quantization (NNCF)", final)
+            ctx.check(step, final)
         elif ctx.precision == "int8-weights":
             final, sections["quantization"] = self._int8_weights(ov, fp32_xml, work / "int8w")
             exec_precision = None
@@ -298,7 +307,51 @@ class OpenVINOBackend(Backend):
                                      "(or pip install nncf)") from None
         return nncf
 
-    def _int8(self, ov, ctx, fp32_xml, outdir, device):
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def _fp32_ir(self, ctx):
+        """The fp32 IR ``build`` wrote (converted again when called outside a build)."""
+        xml = ctx.workdir / "openvino" / "fp32" / "model.xml"
+        if not xml.is_file():
+            ov = _ov()
+            model = ov.convert_model(str(ctx.reference_path))
+            self._name_tensors(model, ctx.source)
+            self._save(ov, model, xml.parent, compress_to_fp16=False, precision="f32")
+        return xml
+
+    def layer_names(self, ctx, layers):
+        """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
+        the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
+        model = self.core().read_model(str(self._fp32_ir(ctx)))
+        weighted = {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData",
+                    "MatMul"}
+        by_tensor = {}
+        for op in model.get_ordered_ops():
+            for out in op.outputs():
+                for name in out.get_names():
+                    by_tensor[name] = op
+
+        def find(op, hops=4):
+            while op is not None and hops >= 0:
+                if op.get_type_name() in weighted:
+                    return op.get_friendly_name()
+                if op.get_type_name() not in ("Add", "Multiply", "Subtract") or op.get_input_size() == 0:
+                    return None
+                op = op.input_value(0).get_node()
+                hops -= 1
+            return None
+
+        return {layer.name: next((find(by_tensor[t]) for t in layer.tensors if t in by_tensor and find(by_tensor[t])),
+                                 None) for layer in layers}
+
+    def quantize(self, ctx, exclude=()):
+        settings = ctx.profile.backend("openvino")
+        names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
+        tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"
+        xml, _ = self._int8(_ov(), ctx, self._fp32_ir(ctx), ctx.workdir / "openvino" / f"int8-mp{tag}",
+                            settings.get("device", "CPU"), ignored=names)
+        return xml
+
+    def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
         from edgekit.errors import ConversionError
 
         nncf = self._nncf()
@@ -316,7 +369,9 @@ class OpenVINOBackend(Backend):
             with _quiet():
                 quantized = nncf.quantize(self.core().read_model(str(fp32_xml)), nncf.Dataset(samples),
                                           preset=preset, target_device=target_device, subset_size=len(samples),
-                                          advanced_parameters=advanced)
+                                          advanced_parameters=advanced,
+                                          **({"ignored_scope": nncf.IgnoredScope(names=list(ignored))}
+                                             if ignored else {}))
         except Exception as e:  # NNCF raises its own and OpenVINO's exception types
             raise ConversionError(f"NNCF post-training quantization failed: {type(e).__name__}: {e}") from e
         section = {

@@ -112,12 +112,20 @@ class OrtBackend(Backend):
         elif ctx.precision == "int8":
             reduce_range = bool(settings.get("int8_reduce_range", False))
             model_path = self._int8_static(ctx, work, reduce_range)
+            if ctx.budget is not None:
+                from edgekit.passes.mixed_precision import search
+
+                model_path, sections["mixed_precision"] = search(self, ctx, plain=model_path)
+                warnings.extend(sections["mixed_precision"].get("warnings", []))
             sections["quantization"] = {
                 "method": "static", "format": "QDQ", "per_channel": True, "activations": "uint8",
                 "weights": "int8", "reduce_range": reduce_range, "calibration": "minmax",
                 "calibration_samples": len(ctx.calib),
             }
-            ctx.check("int8 static quantization (QDQ, per-channel)", model_path)
+            floats = len(sections.get("mixed_precision", {}).get("float_layer_names", []))
+            ctx.check("int8 static quantization (QDQ, per-channel)" + (
+                f", {floats} layer(s) kept float for --budget {ctx.budget}" if ctx.budget is not None else ""),
+                model_path)
         elif ctx.precision == "int8-dynamic":
             model_path = self._int8_dynamic(ctx.reference_path, work / "model.int8dyn.onnx")
             sections["quantization"] = {"method": "dynamic", "format": "QOperator", "weights": "int8"}
@@ -182,29 +190,109 @@ class OrtBackend(Backend):
         onnx.save(m, str(dst))
         return dst
 
-    def _int8_static(self, ctx, work, reduce_range):
+    def _int8_static(self, ctx, work, reduce_range, exclude=(), out=None):
+        """Static QDQ int8; ``exclude``: node names of the pre-processed model kept in float."""
+        import inspect
+
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        from edgekit.errors import ConversionError
+
+        pre = self._preprocessed(ctx, work)
+        out = out or work / "model.int8.onnx"
+        options = {}
+        if "calibration_cache_path" in inspect.signature(quantize_static).parameters:
+            # mixed-precision searches quantize many times: calibrate once per build (ranges do not depend on exclude)
+            options["calibration_cache_path"] = str(work / "model.int8.calibration.json")
+        try:
+            with _quiet():
+                quantize_static(
+                    str(pre), str(out), _Reader(ctx.calib), quant_format=QuantFormat.QDQ, per_channel=True,
+                    reduce_range=reduce_range, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=list(exclude) or None, **options,
+                )
+        except Exception as e:  # ORT raises bare Exceptions with its own messages
+            raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
+        return out
+
+    def _preprocessed(self, ctx, work):
+        """The model int8 quantization starts from (opset >= 13, ORT's pre-processing), once per build."""
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         from edgekit.errors import ConversionError
 
         ctx.require_calibration("int8 static quantization", "fp32/fp16")
         pre = work / "model.pre.onnx"
-        out = work / "model.int8.onnx"
+        if pre.is_file():
+            return pre
         source = self._ensure_opset(ctx, 13, work)
         try:
             with _quiet():
                 # Shapes are static by now, so ONNX's own shape inference suffices; ORT's symbolic
                 # inference asserts on some real models (PP-OCR's Concat) and needs sympy.
                 quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
-                quantize_static(
-                    str(pre), str(out), _Reader(ctx.calib), quant_format=QuantFormat.QDQ, per_channel=True,
-                    reduce_range=reduce_range, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax,
-                )
         except Exception as e:  # ORT raises bare Exceptions with its own messages
+            pre.unlink(missing_ok=True)
             raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
-        return out
+        self._name_nodes(pre)
+        return pre
+
+    @staticmethod
+    def _name_nodes(path):
+        """ORT excludes nodes from quantization by name: give unnamed nodes unique names (semantics unchanged)."""
+        import onnx
+
+        model = onnx.load(str(path))
+        unnamed = [n for n in model.graph.node if not n.name]
+        if unnamed:
+            taken = {n.name for n in model.graph.node}
+            for k, n in enumerate(unnamed):
+                name = f"{n.op_type}_edgekit_{k}"
+                while name in taken:
+                    name += "_"
+                n.name = name
+                taken.add(name)
+            onnx.save(model, str(path))
+
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def layer_names(self, ctx, layers):
+        """Reference layers -> node names in ORT's pre-processed model (found by their output tensors)."""
+        import onnx
+
+        pre = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False)
+        by_output = {n.output[0]: n.name for n in pre.graph.node
+                     if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and n.output and n.name}
+        return {layer.name: next((by_output[t] for t in reversed(layer.tensors) if t in by_output), None)
+                for layer in layers}
+
+    def quantize(self, ctx, exclude=()):
+        """A layer kept float takes its element-wise tail with it (activations, pooling, residual Add: every node
+        up to the next weighted layer): otherwise the QDQ pair on the next node's input quantizes its output anyway."""
+        import onnx
+
+        settings = ctx.profile.backend("ort")
+        names = self.layer_names(ctx, exclude) if exclude else {}
+        heads = {n for n in names.values() if n}
+        nodes = set()
+        if heads:
+            graph = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False).graph
+            consumers = {}
+            for n in graph.node:
+                for i in n.input:
+                    consumers.setdefault(i, []).append(n)
+            stack = [n for n in graph.node if n.name in heads]
+            while stack:
+                n = stack.pop()
+                if n.name in nodes:
+                    continue
+                nodes.add(n.name)
+                for out in n.output:
+                    stack.extend(c for c in consumers.get(out, [])
+                                 if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"))
+        nodes = sorted(nodes)
+        tag = f"{len(nodes)}f{len(list(ctx.workdir.glob('model.int8-mp*.onnx')))}"
+        return self._int8_static(ctx, ctx.workdir, bool(settings.get("int8_reduce_range", False)), nodes,
+                                 out=ctx.workdir / f"model.int8-mp{tag}.onnx")
 
     def _ensure_opset(self, ctx, minimum, work):
         """Per-channel QDQ needs DequantizeLinear's axis (opset 13): upgrade older models, checked."""

@@ -356,8 +356,11 @@ def _fmt(budget, value):
     return f"{'cos' if budget.kind == 'cosine' else 'top-1'} {value:.6f}"
 
 
-def search(be, ctx):
-    """INT8 ``ctx.reference_path`` with as few float layers as keep ``ctx.budget``; returns (model file, section)."""
+def search(be, ctx, plain=None):
+    """INT8 ``ctx.reference_path`` with as few float layers as keep ``ctx.budget``; returns (model file, section).
+
+    ``plain``: the all-INT8 model when the backend has already built it (saves one quantization).
+    """
     import onnx
 
     from .. import fidelity
@@ -371,7 +374,7 @@ def search(be, ctx):
     evals = []
 
     def evaluate(exclude):
-        path = be.quantize(ctx, list(exclude))
+        path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
         metrics = fidelity.compare(reference, be.predict(path, data.samples), data.labels)
         value, score, holds, detail = budget.measure(metrics)
         e = _Eval(tuple(l.name for l in exclude), path, value, score, holds, detail, _size(path), metrics)
@@ -408,6 +411,8 @@ def search(be, ctx):
         k = min(budget.sensitivity_samples, len(ctx.calib))
         ts = time.perf_counter()
         sens = sensitivity(be, model, usable, ctx.calib.samples[:k], ctx.workdir)
+        ctx.log(f"  budget {budget}: sensitivity of {len(usable)} layer(s) on {k} calibration samples in "
+                f"{time.perf_counter() - ts:.1f} s")
         section["sensitivity"] = {"samples": k, "seconds": round(time.perf_counter() - ts, 2),
                                   "ranking": [{"layer": l.name, "op": l.op, "nsr": round(sens[l.name], 8)} for l in
                                               sorted(usable, key=lambda l: -sens[l.name])]}
