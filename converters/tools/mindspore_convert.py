@@ -1,0 +1,87 @@
+"""ONNX -> MindSpore Lite ``.ms`` (``mindspore_lite.Converter``, MINDIR_LITE), FP32 or FP16 weights.
+
+Runs in the mindspore-lite tool environment (Python 3.7): ``python -I mindspore_convert.py request.json
+result.json``. Standalone: stdlib + the environment's packages (mindspore_lite, onnx, numpy).
+
+- MindSpore Lite 2.0.0 converts ONNX ``HardSigmoid`` as ``relu6(x + 3) / 6`` whatever its
+  ``alpha``/``beta`` (measured: PP-OCR cls, exported from Paddle with alpha 0.2, is off by up to
+  0.43 in its softmax). Such nodes are first rewritten to ``Clip(x * alpha + beta, 0, 1)``.
+- The converted model takes NHWC where the ONNX model took NCHW; the result lists the .ms
+  inputs' shapes so the build can record the layout for the runner.
+
+request: {"onnx", "output" (path without .ms), "fp16": bool}
+result: {"model", "inputs": [{"name", "shape"}], "outputs": [names], "hardsigmoid_rewritten": n, "versions": {...}}
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def rewrite_hardsigmoid(model):
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    nodes, count = [], 0
+    for k, n in enumerate(g.node):
+        if n.op_type != "HardSigmoid":
+            nodes.append(n)
+            continue
+        attrs = dict((a.name, helper.get_attribute_value(a)) for a in n.attribute)
+        alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+        p = "edgekit_hsig%d_" % k
+        for name, v in (("alpha", alpha), ("beta", beta), ("lo", 0.0), ("hi", 1.0)):
+            g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), p + name))
+        nodes += [helper.make_node("Mul", [n.input[0], p + "alpha"], [p + "mul"]),
+                  helper.make_node("Add", [p + "mul", p + "beta"], [p + "add"]),
+                  helper.make_node("Clip", [p + "add", p + "lo", p + "hi"], [n.output[0]])]
+        count += 1
+    del g.node[:]
+    g.node.extend(nodes)
+    return count
+
+
+def main(req_path, res_path):
+    with open(req_path) as f:
+        req = json.load(f)
+    import onnx
+    import mindspore_lite as mslite
+
+    src = req["onnx"]
+    model = onnx.load(src)
+    rewritten = rewrite_hardsigmoid(model)
+    if rewritten:
+        src = os.path.join(os.path.dirname(os.path.abspath(req["output"])), "rewritten.onnx")
+        onnx.save(model, src)
+        sys.stderr.write("rewrote %d HardSigmoid node(s) as Clip(x * alpha + beta, 0, 1)\n" % rewritten)
+    t0 = time.time()
+    conv = mslite.Converter()
+    conv.save_type = mslite.ModelType.MINDIR_LITE
+    conv.optimize = "general"
+    conv.weight_fp16 = bool(req.get("fp16"))
+    sys.stderr.write("converting ONNX -> .ms (%s weights)\n" % ("fp16" if req.get("fp16") else "fp32"))
+    conv.convert(fmk_type=mslite.FmkType.ONNX, model_file=src, output_file=req["output"])
+    seconds = time.time() - t0
+    path = req["output"] + ".ms"
+    if not os.path.isfile(path):
+        raise SystemExit("the MindSpore Lite converter wrote no %s (see its messages above)" % path)
+    ctx = mslite.Context()
+    ctx.target = ["cpu"]
+    ctx.cpu.thread_num = 1
+    m = mslite.Model()
+    m.build_from_file(path, mslite.ModelType.MINDIR_LITE, ctx)
+    result = {
+        "model": path,
+        "inputs": [{"name": t.name, "shape": list(t.shape)} for t in m.get_inputs()],
+        "hardsigmoid_rewritten": rewritten,
+        "seconds": round(seconds, 2),
+        "versions": {"mindspore_lite": mslite.__version__, "onnx": onnx.__version__},
+    }
+    with open(res_path, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
