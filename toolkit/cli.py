@@ -103,7 +103,31 @@ def _progress(args):
     return show
 
 
+def _run_fleet(args, action):
+    import time
+
+    from . import fleet
+
+    per_device = [f for f in ("ssh_key", "ssh_config", "known_hosts", "device_python", "device_root")
+                  if getattr(args, f, None)]
+    if per_device:
+        raise EdgekitError(f"--{per_device[0].replace('_', '-')} cannot be combined with --fleet: "
+                           "put it in the inventory's [[device]] entries (or its [defaults])")
+    devices = fleet.load_inventory(args.fleet, tag=args.tag)
+    on_row = None if args.json or args.quiet else (lambda r: _err(f"  {r['name']}: {r['status']}"
+                                                                  + (f" ({r['error']})" if r["error"] else "")))
+    t0 = time.perf_counter()
+    rows = fleet.run_fleet(action, args.bundle, devices, jobs=args.jobs, device_timeout=args.device_timeout,
+                           on_row=on_row, runs=args.runs, warmup=args.warmup, threads=args.threads,
+                           providers=args.provider)
+    seconds = time.perf_counter() - t0
+    _emit(args, {"devices": rows, "summary": fleet.summary(rows, seconds)}, lambda d: fleet.fleet_text(rows, seconds))
+    return fleet.exit_code(rows)
+
+
 def cmd_deploy(args):
+    if getattr(args, "fleet", None):
+        return _run_fleet(args, "deploy")
     from . import bundle as bundle_mod
     from .deployer import deploy
     from .report import bench_text
@@ -120,6 +144,8 @@ def cmd_deploy(args):
 
 
 def cmd_bench(args):
+    if getattr(args, "fleet", None):
+        return _run_fleet(args, "bench")
     from . import bundle as bundle_mod
     from .deployer import bench
     from .report import bench_text
@@ -229,6 +255,15 @@ def _device_options(p):
     p.add_argument("--known-hosts", help="extra known_hosts file to verify the device's host key against")
     p.add_argument("--device-python", help="Python on the device that runs the agent (default: the profile's)")
     p.add_argument("--device-root", help="agent directory on the device (default: the profile's)")
+    return where
+
+
+def _fleet_options(p, where):
+    where.add_argument("--fleet", metavar="INVENTORY.toml", help="every device in a fleet inventory, in parallel")
+    p.add_argument("--tag", help="with --fleet: only the devices with this tag")
+    p.add_argument("--jobs", type=int, default=8, help="with --fleet: devices worked on at once (default 8)")
+    p.add_argument("--device-timeout", type=float, default=300.0,
+                   help="with --fleet: seconds one device may take before it is given up (default 300)")
 
 
 def _bench_options(p):
@@ -276,13 +311,13 @@ def parser():
 
     s = sub.add_parser("deploy", help="install a bundle (and the agent) on a device, benchmark it there")
     s.add_argument("bundle")
-    _device_options(s)
+    _fleet_options(s, _device_options(s))
     _bench_options(s)
     s.set_defaults(func=cmd_deploy)
 
     s = sub.add_parser("bench", help="benchmark a bundle already deployed on a device")
     s.add_argument("bundle")
-    _device_options(s)
+    _fleet_options(s, _device_options(s))
     _bench_options(s)
     s.set_defaults(func=cmd_bench)
 
