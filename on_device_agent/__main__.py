@@ -33,6 +33,8 @@ def main(argv=None):
         s.add_argument("--context-interval", type=float, default=30.0,
                        help="seconds between device context samples (load, memory, temperature)")
         s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
+    sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
+    sv.add_argument("serve_args", nargs=argparse.REMAINDER)
     for name in ("stop", "status"):
         s = sub.add_parser(name)
         s.add_argument("--root", default=DEFAULT_ROOT)
@@ -67,6 +69,14 @@ def main(argv=None):
         except (RunnerError, OSError, ValueError, KeyError) as e:
             sys.stderr.write("error: %s\n" % e)
             return 2
+    if args.cmd == "supervise":
+        from .daemon import supervise
+        from .server import self_command
+
+        serve_args = list(args.serve_args)
+        if not serve_args or serve_args[0] != "serve" or "--root" not in serve_args:
+            p.error("supervise needs: serve --root ROOT [serve options]")
+        return supervise(self_command() + serve_args, serve_args[serve_args.index("--root") + 1])
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -78,7 +88,9 @@ def main(argv=None):
         from .daemon import own_zip_sha256
 
         state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__, "zip_sha256": own_zip_sha256(),
-                 "root": server.agent.store.root, "root_arg": args.root, "auth": bool(server.agent.token)}
+                 "root": server.agent.store.root, "root_arg": args.root, "auth": bool(server.agent.token),
+                 "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
+                 "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0)}
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         write_state(args.root, state)
         sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))

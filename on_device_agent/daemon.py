@@ -1,8 +1,10 @@
 """Start, stop and inspect a background agent server.
 
-``start`` launches ``serve`` in its own session (so it outlives the SSH/ADB
-connection that started it), waits until it answers, and prints its state as JSON:
-``{"pid", "host", "port", "version", "root", "auth"}``. The state lives in
+``start`` launches a supervisor in its own session (so it outlives the SSH/ADB
+connection that started it); the supervisor runs ``serve`` and starts it again, on the
+same port, if it crashes (backing off, and giving up after ``CRASH_LIMIT`` crashes within
+``CRASH_WINDOW`` seconds). ``start`` waits until the server answers and prints its state as
+JSON: ``{"pid", "host", "port", "version", "root", "auth", "supervisor_pid", "restarts"}``. The state lives in
 ``ROOT/agent/state.json`` (written by the server once it is listening); the log in
 ``ROOT/agent/agent.log``.
 """
@@ -110,17 +112,84 @@ def status(root):
     return {"running": False, "root": os.path.abspath(os.path.expanduser(root))}
 
 
+CRASH_LIMIT = 5
+CRASH_WINDOW = 60.0
+
+
+def supervise(serve_cmd, root):
+    """Run ``serve_cmd`` until it exits cleanly; start it again after a crash (same port)."""
+    import subprocess
+
+    child = [None]
+    stopping = [False]
+
+    def on_term(signum, frame):
+        stopping[0] = True
+        if child[0] is not None and child[0].poll() is None:
+            child[0].terminate()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the host hanging up is not a reason to stop
+    crashes = []
+    restarts = 0
+    cmd = list(serve_cmd)
+    env = dict(os.environ, EDGEKIT_SUPERVISOR_PID=str(os.getpid()))
+    while True:
+        env["EDGEKIT_RESTARTS"] = str(restarts)
+        child[0] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
+        code = child[0].wait()
+        if stopping[0] or code == 0:
+            return 0
+        now = time.time()
+        crashes = [t for t in crashes if now - t < CRASH_WINDOW] + [now]
+        sys.stderr.write("edgekit-agent: server exited with %s; %s\n" % (
+            code, "giving up after %d crashes in %d s" % (len(crashes), CRASH_WINDOW) if len(crashes) >= CRASH_LIMIT
+            else "starting it again"))
+        sys.stderr.flush()
+        if len(crashes) >= CRASH_LIMIT:
+            return 1
+        state = read_state(root)
+        if state and state.get("port") and "--port" in cmd:
+            cmd[cmd.index("--port") + 1] = str(state["port"])  # apps and forwards keep their port
+        restarts += 1
+        time.sleep(min(0.5 * 2 ** (len(crashes) - 1), 10.0))
+        if stopping[0]:
+            return 0
+
+
+def _is_supervisor(pid):
+    if not pid or not alive(pid):
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return "supervise" in f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return True
+
+
 def stop(root, timeout=10.0):
     state = read_state(root)
+    if state and not _is_agent(state) and _is_supervisor(state.get("supervisor_pid")):
+        # between a crash and the restart: stop the supervisor so it starts nothing
+        os.kill(state["supervisor_pid"], signal.SIGTERM)
+        return {"stopped": True, "pid": None, "supervisor_pid": state["supervisor_pid"]}
     if not state or not _is_agent(state):
         return {"stopped": False, "reason": "not running"}
     pid = state["pid"]
+    sup = state.get("supervisor_pid")
+    if _is_supervisor(sup):
+        try:
+            os.kill(sup, signal.SIGTERM)  # it stops the server and does not restart it
+        except OSError:
+            pass
     os.kill(pid, signal.SIGTERM)
     deadline = time.time() + timeout
     while time.time() < deadline and alive(pid):
         time.sleep(0.05)
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
+    while time.time() < deadline and _is_supervisor(sup):
+        time.sleep(0.05)
     try:
         os.unlink(state_path(root))
     except OSError:
@@ -138,10 +207,11 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         stop(root)
     from .server import self_command
 
-    cmd = self_command() + ["serve", "--root", root, "--host", host, "--port", str(port)]
+    serve = ["serve", "--root", root, "--host", host, "--port", str(port)]
     if token_file:
-        cmd += ["--token-file", token_file]
-    cmd += list(extra)
+        serve += ["--token-file", token_file]
+    serve += list(extra)
+    cmd = self_command() + ["supervise"] + serve
     log = log_path(root)
     if not os.path.isdir(os.path.dirname(log)):
         os.makedirs(os.path.dirname(log))
@@ -152,7 +222,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
     deadline = time.time() + timeout
     while time.time() < deadline:
         state = read_state(root)
-        if state and state != old and state.get("pid") == proc.pid and _healthy(state):
+        if state and state != old and state.get("supervisor_pid") == proc.pid and _healthy(state):
             state["started"] = True
             state["running"] = True
             return state

@@ -476,8 +476,11 @@ def bench(h, name):
 
 @route("POST", "/v1/models/([^/]+)/rollback")
 def rollback(h, name):
-    h.body()
-    result = h.agent.store.rollback(name)
+    body = h.json_body()
+    result = h.agent.store.rollback(name, body.get("version"))
+    was = h.agent.loaded.get(name)
+    if was is not None and not result.get("unchanged"):
+        h.agent.load(name, **was.options)  # serve the version rolled back to, warm, from now on
     if h.agent.recorder:
         h.agent.recorder.event("rollback", name, result["version"], {"from": result["previous"]})
     return result
@@ -493,10 +496,22 @@ def upload_file(h, name, version, filename):
     n = h._length()
     h._consumed = True  # the store reads the body, even when it refuses it midway the stream ends with it
     try:
-        return h.agent.store.receive(name, version, filename, h.rfile, n)
+        return h.agent.store.receive(name, version, filename, h.rfile, n, _query_int(h, "offset"))
     except StoreError:
         h.close_connection = True
         raise
+
+
+def _query_int(h, key, default=0):
+    query = h.path.split("?", 1)[1] if "?" in h.path else ""
+    for pair in query.split("&"):
+        k, _, v = pair.partition("=")
+        if k == key:
+            try:
+                return int(v)
+            except ValueError:
+                raise HTTPError(400, "query parameter %s must be an integer, got %r" % (key, v))
+    return default
 
 
 def _verify_loads(staging, manifest):

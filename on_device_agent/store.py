@@ -75,7 +75,12 @@ class Store(object):
 
     # -- upload -------------------------------------------------------------
     def begin(self, name, version, manifest):
-        """Start (or resume) an upload. Returns the files still needed."""
+        """Start (or resume) an upload. Returns what the host still has to send.
+
+        Files already on the device under the same sha256 (in this model's kept versions or
+        another model's) are linked into staging instead of sent again; a ``.part`` left by an
+        interrupted upload is reported in ``partial`` so the host sends only the rest.
+        """
         check_name("version", version)
         check_manifest(manifest)
         if manifest.get("id") and manifest["id"] != version:
@@ -83,19 +88,70 @@ class Store(object):
         with self._lock:
             final = os.path.join(self._model_dir(name), "versions", version)
             if os.path.isdir(final):
-                return {"installed": True, "missing": []}
+                return {"installed": True, "missing": [], "partial": {}, "reused": []}
             staging = os.path.join(self._model_dir(name), "staging", version)
             if not os.path.isdir(staging):
                 os.makedirs(staging)
             with open(os.path.join(staging, "manifest.json.part"), "w") as f:
                 json.dump(manifest, f)
             os.replace(os.path.join(staging, "manifest.json.part"), os.path.join(staging, "manifest.json"))
-            missing = []
+            missing, partial, reused = [], {}, []
+            known = None
             for entry in manifest["files"]:
                 p = os.path.join(staging, entry["name"])
-                if not (os.path.isfile(p) and os.path.getsize(p) == entry["size"] and sha256_file(p) == entry["sha256"]):
-                    missing.append(entry["name"])
-            return {"installed": False, "missing": missing}
+                if os.path.isfile(p) and os.path.getsize(p) == entry["size"] and sha256_file(p) == entry["sha256"]:
+                    continue
+                if known is None:
+                    known = self._installed_files(exclude=staging)
+                source = known.get((entry["sha256"], entry["size"]))
+                if source and self._link(source, p, entry["sha256"]):
+                    reused.append(entry["name"])
+                    continue
+                missing.append(entry["name"])
+                part = p + ".part"
+                if os.path.isfile(part) and 0 < os.path.getsize(part) < entry["size"]:
+                    partial[entry["name"]] = os.path.getsize(part)
+            return {"installed": False, "missing": missing, "partial": partial, "reused": reused}
+
+    def _installed_files(self, exclude):
+        """``{(sha256, size): path}`` of every file in installed versions (manifests say their hashes)."""
+        found = {}
+        for model in os.listdir(self.models_dir):
+            versions = os.path.join(self.models_dir, model, "versions")
+            if not os.path.isdir(versions):
+                continue
+            for v in os.listdir(versions):
+                d = os.path.join(versions, v)
+                if d == exclude:
+                    continue
+                try:
+                    with open(os.path.join(d, "manifest.json")) as f:
+                        files = json.load(f)["files"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                for entry in files:
+                    path = os.path.join(d, entry.get("name", ""))
+                    if os.path.isfile(path) and os.path.getsize(path) == entry.get("size"):
+                        found[(entry.get("sha256"), entry.get("size"))] = path
+        return found
+
+    @staticmethod
+    def _link(source, dest, sha256):
+        """Put an installed file's content at ``dest`` (hard link, else copy); verify it first."""
+        if sha256_file(source) != sha256:
+            return False
+        tmp = dest + ".link"
+        try:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            try:
+                os.link(source, tmp)
+            except OSError:
+                shutil.copyfile(source, tmp)
+            os.replace(tmp, dest)
+            return True
+        except OSError:
+            return False
 
     def _staged_manifest(self, name, version):
         staging = os.path.join(self._model_dir(name), "staging", check_name("version", version))
@@ -105,8 +161,12 @@ class Store(object):
         with open(mf) as f:
             return staging, json.load(f)
 
-    def receive(self, name, version, filename, stream, length):
-        """Stream ``length`` bytes into staging, verifying size and sha256 against the manifest."""
+    def receive(self, name, version, filename, stream, length, offset=0):
+        """Stream ``length`` bytes into staging at ``offset``, verifying size and sha256 against the manifest.
+
+        ``offset`` > 0 resumes an interrupted upload: the ``.part`` on the device must hold exactly
+        ``offset`` bytes. A connection that drops midway keeps what arrived for the next resume.
+        """
         staging, manifest = self._staged_manifest(name, version)
         entry = None
         for f in manifest["files"]:
@@ -114,12 +174,21 @@ class Store(object):
                 entry = f
         if entry is None:
             raise StoreError("file %r is not in the manifest of %s %s" % (filename, name, version), 404)
-        if length != entry["size"]:
-            raise StoreError("file %r: %d bytes sent, manifest says %d" % (filename, length, entry["size"]))
+        if offset < 0 or offset + length != entry["size"]:
+            raise StoreError("file %r: %d bytes sent from offset %d, manifest says %d in all"
+                             % (filename, length, offset, entry["size"]))
         part = os.path.join(staging, filename + ".part")
         h = hashlib.sha256()
+        if offset:
+            have = os.path.getsize(part) if os.path.isfile(part) else 0
+            if have != offset:
+                raise StoreError("file %r: cannot resume at byte %d, the device has %d; begin the upload again"
+                                 % (filename, offset, have), 409)
+            with open(part, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
         remaining = length
-        with open(part, "wb") as out:
+        with open(part, "ab" if offset else "wb") as out:
             while remaining > 0:
                 block = stream.read(min(CHUNK, remaining))
                 if not block:
@@ -128,14 +197,14 @@ class Store(object):
                 out.write(block)
                 remaining -= len(block)
         if remaining:
-            os.unlink(part)
-            raise StoreError("file %r: connection closed after %d of %d bytes" % (filename, length - remaining, length))
+            raise StoreError("file %r: connection closed after %d of %d bytes; the next upload resumes there"
+                             % (filename, entry["size"] - remaining, entry["size"]))
         if h.hexdigest() != entry["sha256"]:
             os.unlink(part)
             raise StoreError("file %r: sha256 %s does not match the manifest's %s; the file was altered or corrupted "
                              "in transit and was discarded" % (filename, h.hexdigest(), entry["sha256"]), 422)
         os.replace(part, os.path.join(staging, filename))
-        return {"file": filename, "verified": True}
+        return {"file": filename, "verified": True, "resumed_at": offset}
 
     def commit(self, name, version, verify=None):
         """Verify every staged file again, optionally check that the bundle loads (``verify(dir,
@@ -216,12 +285,21 @@ class Store(object):
         d = os.path.join(self._model_dir(name), "versions")
         return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
-    def rollback(self, name):
+    def rollback(self, name, version=None):
+        """Serve the previous kept version again (or ``version``, if it is kept)."""
         with self._lock:
             current = self.current_version(name)
             if current is None:
                 raise StoreError("unknown model %r" % name, 404)
             available = set(self.versions(name))
+            if version is not None:
+                if version not in available:
+                    raise StoreError("model %r has no version %r on this device (kept: %s)"
+                                     % (name, version, ", ".join(sorted(available))), 404)
+                if version == current:
+                    return {"name": name, "version": version, "previous": current, "unchanged": True}
+                self._point_current(name, version)
+                return {"name": name, "version": version, "previous": current}
             for v in reversed(self.history(name)):
                 if v != current and v in available:
                     self._point_current(name, v)

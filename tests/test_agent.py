@@ -1,6 +1,7 @@
 """The on-device agent, started for real from its zipapp, and its HTTP API."""
 
 import glob
+import hashlib
 import http.client
 import json
 import os
@@ -100,10 +101,16 @@ def test_tampered_upload_is_rejected_and_current_version_kept(deployed, tiny_bun
     current = deployed.client.models()[0]["version"]
     manifest = json.loads((tiny_bundle / "manifest.json").read_text())
     manifest["id"] = "tampered0000001"
+    # A model the device does not hold yet (else its copy would be reused, not sent)...
+    other = bytearray((tiny_bundle / "model.onnx").read_bytes())
+    other[200] ^= 0x11
+    entry = next(f for f in manifest["files"] if f["name"] == "model.onnx")
+    entry["sha256"] = hashlib.sha256(bytes(other)).hexdigest()
     c = deployed.client
     missing = c.begin_upload("tiny", manifest["id"], manifest)["missing"]
     assert "model.onnx" in missing
-    data = bytearray((tiny_bundle / "model.onnx").read_bytes())
+    # ... whose bytes are altered in transit.
+    data = bytearray(other)
     data[100] ^= 0x55
     with pytest.raises(AgentHTTPError) as e:
         c.put_file("tiny", manifest["id"], "model.onnx", bytes(data))

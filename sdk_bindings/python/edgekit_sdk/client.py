@@ -69,6 +69,7 @@ class AgentClient(object):
     def __init__(self, host="127.0.0.1", port=8765, token=None, timeout=60.0):
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
         self._conn = None
+        self.bytes_sent = 0  # request bytes written (headers + bodies), for transfer accounting
 
     def close(self):
         if self._conn is not None:
@@ -98,6 +99,7 @@ class AgentClient(object):
                 self._conn = _Connection(self.host, self.port, self.timeout)
             self._conn.sock.settimeout(timeout or self.timeout)
             try:
+                self.bytes_sent += len(head) + length
                 status, headers, data = self._conn.exchange(head, body, length)
                 break
             except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
@@ -158,15 +160,17 @@ class AgentClient(object):
         body = {"runs": runs, "warmup": warmup, "threads": threads, "providers": providers}
         return self.request("POST", "/v1/models/%s/bench" % name, body, timeout=timeout)
 
-    def rollback(self, name):
-        return self.request("POST", "/v1/models/%s/rollback" % name, {})
+    def rollback(self, name, version=None):
+        """Serve the previous kept version again, or ``version`` if the device keeps it."""
+        return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
 
     def begin_upload(self, name, version, manifest):
         return self.request("POST", "/v1/bundles/%s/%s" % (name, version), manifest)
 
-    def put_file(self, name, version, filename, data, length=None):
-        """Send one bundle file: ``data`` is bytes, or a file object with ``length``."""
-        return self.request("PUT", "/v1/bundles/%s/%s/files/%s" % (name, version, filename), data,
+    def put_file(self, name, version, filename, data, length=None, offset=0):
+        """Send one bundle file (or its rest from ``offset``): ``data`` is bytes, or a file object with ``length``."""
+        query = "?offset=%d" % offset if offset else ""
+        return self.request("PUT", "/v1/bundles/%s/%s/files/%s%s" % (name, version, filename, query), data,
                             content_type="application/octet-stream", timeout=max(self.timeout, 300), length=length)
 
     def commit(self, name, version, verify=False):
