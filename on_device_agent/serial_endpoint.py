@@ -1,7 +1,7 @@
 """The device end of edgekit's serial transport, and the line protocol both ends speak.
 
 The host types a small bootstrap into a board's serial console that writes this file
-and runs it with the device's Python (``python3 serial_endpoint.py``). It sets the tty
+and runs it with the device's Python (``python3 serial_endpoint.py [FIRST_RESEND_TIMEOUT_S]``). It sets the tty
 raw and from then on speaks a framed protocol on stdin/stdout until the host says BYE,
 the link dies, or three Ctrl-C bytes arrive; then it restores the console and exits.
 The file is self-contained (Python 3.7, standard library only) so it can be sent alone;
@@ -343,7 +343,8 @@ class Link:
         busy = self.stats["busy_s"]
         if self._busy_since is not None:
             busy += time.time() - self._busy_since
-        return self.stats["bytes_acked"] / busy if busy > 0.05 else None
+        done = self.stats["bytes_acked"]
+        return done / busy if busy > 0 and done >= 4096 else None
 
 
 class _Stream:
@@ -675,8 +676,13 @@ def main():
             tty.setraw(fd_in)
     except (ImportError, OSError):
         termios = None
+    try:
+        rto = min(MAX_RTO, max(MIN_RTO, float(sys.argv[1])))  # the host's first resend timeout
+    except (IndexError, ValueError):
+        rto = 1.0
     ep = Endpoint()
-    link = Link(fd_reader(fd_in), fd_writer(fd_out), None, on_dead=lambda reason: ep.done.set(), interruptible=True)
+    link = Link(fd_reader(fd_in), fd_writer(fd_out), None, initial_rto=rto, on_dead=lambda reason: ep.done.set(),
+                interruptible=True)
     ep.attach(link)
     link.start()
     status = 0

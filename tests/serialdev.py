@@ -26,8 +26,9 @@ def _controlling_tty():
 
 
 class Cable:
-    def __init__(self, shell=("/bin/sh", "-i"), env=None, cwd=None, device=None):
-        """``device``: argv of what runs on the device end instead of a shell (e.g. a login prompt)."""
+    def __init__(self, shell=("/bin/sh", "-i"), env=None, cwd=None, device=None, wait_output=True):
+        """``device``: argv of what runs on the device end instead of a shell (e.g. a login prompt);
+        ``wait_output``: wait for its first output (a prompt) before the cable is ready."""
         self.lock = threading.Lock()
         self.to_device = bytearray()
         self.to_host = bytearray()
@@ -35,6 +36,8 @@ class Cable:
         self.drop = {"to_device": 0, "to_host": 0}
         self.damaged = {"to_device": 0, "to_host": 0}
         self.passed = {"to_device": 0, "to_host": 0}
+        self.chunks = {"to_device": 0, "to_host": 0}
+        self.every = 1
         self.unplug_after = None  # host->device bytes after which the plug is pulled
         self.rng = random.Random(1)
         self.dev_master, dev_slave = pty.openpty()
@@ -44,6 +47,12 @@ class Cable:
         self.shell = subprocess.Popen(list(device or shell), stdin=dev_slave, stdout=dev_slave, stderr=dev_slave,
                                       env=e, cwd=cwd, start_new_session=True, preexec_fn=_controlling_tty)
         os.close(dev_slave)
+        # A console's shell is up before anyone types: wait for its first output (the prompt), so a
+        # Ctrl-C cannot reach it before it handles SIGINT.
+        deadline = time.monotonic() + 10
+        while wait_output and time.monotonic() < deadline and not self.to_host:
+            select.select([self.dev_master], [], [], 0.1)
+            self.to_host += self._read(self.dev_master)
         self.host_master = None
         self.host_slave = None
         self.port = None
@@ -80,6 +89,9 @@ class Cable:
 
     # -- the bridge ------------------------------------------------------------
     def _damage(self, direction, data):
+        self.chunks[direction] += 1
+        if self.chunks[direction] % self.every:
+            return data
         if self.drop[direction] and len(data) > 8:
             self.drop[direction] -= 1
             self.damaged[direction] += 1
@@ -149,8 +161,10 @@ class Cable:
             buf.clear()
 
     # -- controls for tests ----------------------------------------------------------
-    def damage(self, corrupt_to_device=0, corrupt_to_host=0, drop_to_device=0, drop_to_host=0):
+    def damage(self, corrupt_to_device=0, corrupt_to_host=0, drop_to_device=0, drop_to_host=0, every=1):
+        """Flip a byte in (or drop) that many chunks each way; only every ``every``-th chunk is touched."""
         with self.lock:
+            self.every = every
             self.corrupt = {"to_device": corrupt_to_device, "to_host": corrupt_to_host}
             self.drop = {"to_device": drop_to_device, "to_host": drop_to_host}
 

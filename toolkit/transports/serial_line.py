@@ -123,6 +123,7 @@ class SerialTransport(Transport):
         self._closed = False
         self._console = bytearray()
         self._seen = bytearray()
+        self._rtt = 10.0  # the fastest shell round trip seen while bootstrapping
         self.ser = self._open()
         try:
             self._bootstrap(python)
@@ -226,6 +227,7 @@ class SerialTransport(Transport):
             self._console += self._read_console(step)
             m = pattern.search(self._console)
             if m:
+                self._rtt = min(self._rtt, time.monotonic() - (deadline - wait))
                 rc, out = int(m.group(1)), bytes(self._console[:m.start()])
                 del self._console[:m.end()]
                 return rc, out
@@ -279,9 +281,13 @@ class SerialTransport(Transport):
                 raise self._error(step, "it arrived corrupted twice: the line is noisy, try a lower --baud")
 
         step = "starting the serial endpoint"
-        self._write_console(f"stty raw -echo 2>/dev/null; {py} {remote}; stty sane 2>/dev/null\n".encode(), step)
-        frame_s = (proto.MAX_PAYLOAD + 16) * 10 / self.baud
-        self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=1.0 + 2 * proto.WINDOW * frame_s,
+        # First resend timeout, until acknowledgements measure it: a few shell round trips, plus the time a
+        # full window takes on the wire (a pty has no wire speed).
+        frame_s = 0.0 if self.pty else (proto.MAX_PAYLOAD + 16) * 10 / self.baud
+        rto = max(proto.MIN_RTO, 4 * self._rtt) + 2 * proto.WINDOW * frame_s
+        self._write_console(f"stty raw -echo 2>/dev/null; {py} {remote} {rto:.3f}; stty sane 2>/dev/null\n".encode(),
+                            step)
+        self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=rto,
                                lost_hint=f"; check the cable and that {self.baud} baud is right",
                                on_dead=self._on_dead)
         self.mux.attach(self.link)

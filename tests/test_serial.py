@@ -1,0 +1,192 @@
+"""The serial transport over a null-modem cable made of ptys, with a real shell on the device end."""
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import edgekit
+from edgekit.deployer import deploy, open_device
+from edgekit.errors import TransportError
+from edgekit.transports import connect
+from edgekit_agent import serial_endpoint as proto
+
+from conftest import one_json, run_cli, stop_agent
+from serialdev import Cable
+
+pytest.importorskip("serial")
+pytestmark = pytest.mark.e2e
+
+PY37 = sorted(Path.home().glob(".pyenv/versions/3.7*/bin/python3.7"))
+
+
+def device_env(tmp_path, python_dir=None):
+    tmp = tmp_path / "device-tmp"
+    tmp.mkdir(exist_ok=True)
+    path = os.pathsep.join([python_dir or os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {"PATH": path, "TMPDIR": str(tmp), "PS1": "$ ", "ENV": ""}
+
+
+@pytest.fixture
+def cable(tmp_path):
+    with Cable(env=device_env(tmp_path)) as c:
+        yield c
+
+
+@pytest.fixture
+def device_root(tmp_path):
+    root = tmp_path / "serial-device"
+    yield root
+    stop_agent(sys.executable, root)
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def remote_sha256(transport, path):
+    r = transport.run([sys.executable, "-c", "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read())"
+                       ".hexdigest())", str(path)])
+    assert r.ok, r.stderr
+    return r.stdout.strip()
+
+
+# -- the line protocol -----------------------------------------------------------------
+def test_frames_escape_ctrl_c_and_drop_bad_crc():
+    payload = bytes(range(256)) * 4
+    frame = proto.encode_frame(proto.F_DATA, 7, payload)
+    assert b"\x03" not in frame and b"\x11" not in frame and frame.count(b"\x7e") == 2
+    dec = proto.Decoder()
+    bad = bytearray(frame)
+    bad[10] ^= 0x40
+    frames = dec.feed(b"$ echo junk\r\n" + bytes(bad) + frame[:5]) + dec.feed(frame[5:])
+    assert frames == [(proto.F_DATA, 7, payload)]
+    assert dec.bad == 2 and b"echo junk" in dec.junk and not dec.interrupted  # the text and the damaged frame
+    dec.feed(b"\x03\x03")
+    dec.feed(b"\x03")
+    assert dec.interrupted
+
+
+# -- a session over the cable ----------------------------------------------------------------
+def test_commands_files_and_console_given_back(cable, tmp_path):
+    with connect("serial", cable.port, baud=115200) as t:
+        assert t.description.startswith(f"serial {cable.port} at 115200 baud (a pty")
+        r = t.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
+        r = t.run(["no-such-program-here"])
+        assert r.returncode == 127 and "not found" in r.stderr
+        with pytest.raises(TransportError, match="did not finish within 1 s"):
+            t.run(["sleep", "5"], timeout=1)
+        src = tmp_path / "data.bin"
+        src.write_bytes(os.urandom(300_000))
+        dst = tmp_path / "remote" / "sub" / "data.bin"
+        seen = []
+        t.put_file(src, str(dst), progress=lambda name, done, total: seen.append((name, done, total)))
+        assert dst.read_bytes() == src.read_bytes() and not Path(str(dst) + ".part").exists()
+        assert seen[0] == ("data.bin", 0, 300_000) and seen[-1] == ("data.bin", 300_000, 300_000)
+        assert "kB/s measured" in t.description
+    # The endpoint restored the console: the same shell answers a second session.
+    with connect("serial", cable.port) as t:
+        assert t.run(["echo", "again"]).stdout == "again\n"
+        assert t.link.stats["frames_resent"] == 0
+
+
+@pytest.mark.skipif(not PY37, reason="needs a Python 3.7 (pyenv) for the device end")
+def test_corrupted_and_dropped_frames_are_resent(tmp_path):
+    """The endpoint runs on Python 3.7; the cable damages frames both ways; the data still arrives intact."""
+    with Cable(env=device_env(tmp_path, python_dir=str(PY37[0].parent))) as cable:
+        src = tmp_path / "model.bin"
+        src.write_bytes(os.urandom(400_000))
+        dst = tmp_path / "remote" / "model.bin"
+        with connect("serial", cable.port) as t:
+            assert t.endpoint["python"].startswith("3.7.")
+            cable.damage(corrupt_to_device=6, drop_to_device=2, corrupt_to_host=3, drop_to_host=1, every=3)
+            t.put_file(src, str(dst))
+            assert remote_sha256(t, dst) == sha256(src)
+            out = t.run([sys.executable, "-c", "print('x' * 200000)"]).stdout
+            assert out == "x" * 200000 + "\n"
+            assert cable.damaged == {"to_device": 8, "to_host": 4}
+            assert t.link.stats["frames_resent"] > 0
+
+
+def test_upload_resumes_after_the_port_vanished(cable, tmp_path):
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(1_500_000))
+    dst = tmp_path / "remote" / "big.bin"
+    with connect("serial", cable.port) as t:
+        cable.unplug_after_bytes(500_000)
+        with pytest.raises(TransportError) as e:
+            t.put_file(src, str(dst))
+    assert str(e.value).startswith(f"serial {cable.port}: uploading big.bin failed: the port vanished")
+    assert not dst.exists() and Path(str(dst) + ".part").exists()
+    # Plugged in again: the endpoint left running on the console is stopped, the rest is sent.
+    port = cable.plug()
+    with connect("serial", port) as t:
+        t.put_file(src, str(dst))
+        assert 0 < t.last_put["resumed_from"] < 1_500_000
+    assert sha256(dst) == sha256(src)
+
+
+# -- errors ------------------------------------------------------------------------------
+def test_missing_port_is_a_clear_error(tiny_bundle, tmp_path):
+    p = run_cli("deploy", tiny_bundle, "--serial", "/dev/ttyUSB-not-here", "--device-root", tmp_path / "r")
+    assert p.returncode == 4
+    assert "serial /dev/ttyUSB-not-here: opening the port failed: no such port" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_silent_console_names_the_baud_rate(tmp_path):
+    with Cable(device=["sleep", "60"], wait_output=False) as cable:
+        with pytest.raises(TransportError) as e:
+            connect("serial", cable.port, baud=57600, timeout=1)
+    assert "57600 baud" in str(e.value) and "getting the console's attention failed" in str(e.value)
+
+
+def test_login_prompt_is_explained(tmp_path):
+    getty = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsys.stdout.write('raspberrypi login: '); sys.stdout.flush()\n"
+             "for line in sys.stdin:\n    sys.stdout.write('\\nraspberrypi login: '); sys.stdout.flush()\n")
+    with Cable(device=[sys.executable, "-c", getty]) as cable:
+        with pytest.raises(TransportError, match="login prompt, not a shell") as e:
+            connect("serial", cable.port, timeout=3)
+    assert "log in" in str(e.value).lower()
+
+
+# -- deploy end to end -------------------------------------------------------------------
+def test_cli_deploy_and_bench_over_serial(cable, tiny_bundle, device_root):
+    p = run_cli("deploy", tiny_bundle, "--serial", cable.port, "--baud", 115200, "--device-python", sys.executable,
+                "--device-root", device_root, "--runs", 20, "--warmup", 2, "--json", check=0)
+    r = one_json(p.stdout)
+    assert r["transport"].startswith(f"serial {cable.port} at 115200 baud") and "kB/s measured" in r["transport"]
+    assert r["runs"] == 20 and r["latency_ms"]["p50"] > 0
+    assert (device_root / "models" / "tiny" / "current").is_symlink()
+    p = run_cli("bench", tiny_bundle, "--serial", cable.port, "--device-python", sys.executable,
+                "--device-root", device_root, "--runs", 5, "--json", check=0)
+    assert one_json(p.stdout)["bundle_id"] == r["bundle_id"]
+
+
+def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle, tiny_calib, tmp_path, device_root):
+    from models import tiny_cnn
+
+    with open_device("serial", cable.port, device_python=sys.executable, device_root=str(device_root)) as dev:
+        v1 = deploy(tiny_bundle, dev, bench=False)["installed"]["version"]
+    # v2: same name, a 320 kB model, so the plug is pulled in the middle of its upload
+    big = tiny_cnn(tmp_path / "big.onnx", classes=5000)
+    v2_dir = tmp_path / "v2"
+    edgekit.build(big, "host", v2_dir, precision="fp32", calib=tiny_calib, name="tiny")
+    cable.unplug_after_bytes(120_000)
+    p = run_cli("deploy", v2_dir, "--serial", cable.port, "--device-python", sys.executable,
+                "--device-root", device_root, "--runs", 5)
+    assert p.returncode == 4, p.stderr
+    assert "uploading" in p.stderr and "the port vanished" in p.stderr and "Traceback" not in p.stderr
+
+    port = cable.plug()
+    with open_device("serial", port, device_python=sys.executable, device_root=str(device_root)) as dev:
+        dev.ensure_agent()
+        assert dev.client.models()[0]["version"] == v1
+    p = run_cli("deploy", v2_dir, "--serial", port, "--device-python", sys.executable,
+                "--device-root", device_root, "--runs", 5, "--json", check=0)
+    r = one_json(p.stdout)
+    assert r["installed"]["previous"] == v1 and r["bundle_id"] != v1
