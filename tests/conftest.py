@@ -87,7 +87,8 @@ def no_agent_outlives_the_suite(tmp_path_factory):
                 parts = f.read().decode(errors="replace").split("\x00")
         except OSError:
             continue
-        if "serve" in parts and any("edgekit-agent" in p for p in parts) and any(base in p for p in parts):
+        if ("serve" in parts or "supervise" in parts) and any("edgekit-agent" in p for p in parts) \
+                and any(base in p for p in parts):
             try:
                 os.kill(int(pid), signal.SIGTERM)
             except OSError:

@@ -182,6 +182,37 @@ def cmd_agent(args):
     return 0
 
 
+def cmd_rollback(args):
+    with _device(args) as dev:
+        dev.ensure_agent()
+        result = dev.rollback(args.name, args.to)
+    _emit(args, result, lambda d: (f"{d['name']}: already serving {d['version']}\n" if d.get("unchanged") else
+                                   f"{d['name']}: now serving {d['version']} (was {d['previous']})\n"))
+    return 0
+
+
+def cmd_models(args):
+    with _device(args) as dev:
+        dev.ensure_agent()
+        models = dev.models()
+        where = dev.transport.description
+
+    def text(d):
+        if not d["models"]:
+            return f"no models deployed on {d['device']}\n"
+        lines = [f"{'model':<24} {'serving':<18} {'backend':<14} {'precision':<12} kept versions"]
+        for m in d["models"]:
+            kept = ", ".join(v + ("*" if v == m["version"] else "") for v in m.get("versions", []))
+            lines.append(f"{m['name']:<24} {m['version']:<18} {m.get('backend') or '-':<14} "
+                         f"{m.get('precision') or '-':<12} {kept}")
+        return "\n".join(lines) + "\n"
+
+    _emit(args, {"device": where, "models": [{k: m.get(k) for k in ("name", "version", "versions", "backend",
+                                                                    "precision", "profile", "loaded")} for m in models]},
+          text)
+    return 0
+
+
 def cmd_field(args):
     from .field import FieldStore, pull, report, report_text
 
@@ -326,6 +357,18 @@ def parser():
     _device_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_agent)
+
+    s = sub.add_parser("rollback", help="serve the previous kept version of a model on a device again")
+    s.add_argument("name", help="model name on the device (see `edgekit models`)")
+    s.add_argument("--to", metavar="VERSION", help="a specific kept version instead of the previous one")
+    _device_options(s)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_rollback)
+
+    s = sub.add_parser("models", help="list the models a device serves, with the versions it keeps")
+    _device_options(s)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("field", help="pull what devices recorded of real traffic, and report lab against field")
     fsub = s.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -24,8 +24,8 @@ HASH = "import hashlib,sys;p=sys.argv[1];print(hashlib.sha256(open(p,'rb').read(
 
 
 class _ProgressReader:
-    def __init__(self, f, name, total, progress):
-        self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, 0
+    def __init__(self, f, name, total, progress, start=0):
+        self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, start
 
     def read(self, n=-1):
         data = self.f.read(65536 if n is None or n < 0 else min(n, 65536))
@@ -120,20 +120,52 @@ class Device:
                 "The device keeps serving what it served before; run the command again to resume.") from None
 
     def install(self, bundle_dir, manifest, progress=None, log=None):
+        """Send what the device lacks of the bundle, then switch to it atomically.
+
+        An unchanged redeploy sends one small request. Files the device already holds (same
+        sha256, in any kept version) are not sent; an upload cut off midway resumes at the
+        byte where it stopped. Returns the commit result with a ``transfer`` summary.
+        """
         log = log or (lambda m: None)
         name, version = manifest["name"], manifest["id"]
+        sent0 = self.client.bytes_sent
+        served = {m["name"]: m for m in self.call("listing models", self.client.models)}.get(name)
+        if served and served.get("version") == version:
+            log(f"{name} {version} is already serving on the device: nothing to send")
+            return {"name": name, "version": version, "previous": version, "unchanged": True,
+                    "transfer": {"files_sent": 0, "files_reused": 0, "payload_bytes": 0, "resumed_bytes": 0,
+                                 "request_bytes": self.client.bytes_sent - sent0}}
         state = self.call("starting the upload", self.client.begin_upload, name, version, manifest)
         if state.get("installed"):
-            log(f"{name} {version} is already on the device")
+            log(f"{name} {version} is already on the device (a kept version)")
+        if state.get("reused"):
+            log(f"  {len(state['reused'])} file(s) already on the device, not sent: {', '.join(state['reused'])}")
+        partial = state.get("partial") or {}
+        payload = resumed = 0
         for fname in state.get("missing", []):
             path = os.path.join(bundle_dir, fname)
             size = os.path.getsize(path)
+            offset = partial.get(fname, 0) if 0 < partial.get(fname, 0) < size else 0
+            if offset:
+                log(f"  resuming {fname} at byte {offset} of {size}")
             with open(path, "rb") as f:
+                f.seek(offset)
                 self.call(f"uploading {fname}", self.client.put_file, name, version, fname,
-                          _ProgressReader(f, fname, size, progress), length=size)
+                          _ProgressReader(f, fname, size, progress, start=offset), length=size - offset, offset=offset)
+            payload += size - offset
+            resumed += offset
         result = self.call("verifying and committing the bundle", self.client.commit, name, version, verify=True)
         log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
+        result["transfer"] = {"files_sent": len(state.get("missing", [])), "files_reused": len(state.get("reused", [])),
+                              "payload_bytes": payload, "resumed_bytes": resumed,
+                              "request_bytes": self.client.bytes_sent - sent0}
         return result
+
+    def rollback(self, name, version=None):
+        return self.call(f"rolling back {name}", self.client.rollback, name, version)
+
+    def models(self):
+        return self.call("listing models", self.client.models)
 
     def bench(self, name, runs=100, warmup=10, threads=None, providers=None):
         return self.call(f"benchmarking {name}", self.client.bench, name, runs=runs, warmup=warmup, threads=threads,
