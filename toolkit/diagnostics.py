@@ -26,6 +26,13 @@ def doctor():
         transports["ssh"] = {"ok": True, "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts"}
     except ImportError:
         transports["ssh"] = {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
+    try:
+        import serial
+
+        transports["serial"] = {"ok": True, "detail": f"pyserial {serial.__version__}; the device needs a logged-in "
+                                "shell on the console and Python 3.7+"}
+    except ImportError:
+        transports["serial"] = {"ok": False, "detail": "pyserial is not installed: pip install 'edgekit[serial]'"}
     problems = []
     try:
         host = profiles.detect_host()
