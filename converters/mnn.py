@@ -108,6 +108,10 @@ class MNNBackend(Backend):
     runtime = "MNN"
     install_hint = "Install it with: pip install 'edgekit[mnn]' (or pip install MNN)."
     precisions = ("fp32", "fp16", "int8", "int8-weights", "int4-weights")
+    # MNN's quantization config has skip_quant_op_names (convolutions left in float), but this backend picks
+    # among four calibrations per build and does not drive a per-layer search through them.
+    mixed_precision_refusal = ("the mnn backend does not keep single layers in float yet (MNN's quantization tool "
+                               "can skip convolutions, edgekit does not search over them for MNN)")
 
     def availability(self):
         import importlib.util

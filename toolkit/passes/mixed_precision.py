@@ -155,9 +155,10 @@ def prepare(budget, backend, precision, dataset, min_cosine=None, min_top1=None,
         raise BudgetError(f"--budget keeps layers of an INT8 build in float: pass --precision int8 "
                           f"(this build is {precision})")
     if not backend.supports_mixed_precision():
-        raise BudgetError(f"backend {backend.name!r} cannot keep single layers in float, so --budget is not "
-                          f"available for it: build it with --precision int8 (no budget) or fp16, or use a backend "
-                          f"that can (ort, openvino)")
+        why = getattr(backend, "mixed_precision_refusal", None) or f"backend {backend.name!r} cannot keep single " \
+                                                                   "layers in float"
+        raise BudgetError(f"{why}, so --budget is not available for it: build it with --precision int8 (no budget) "
+                          f"or fp16, or use a backend that can (ort, openvino)")
     budget.check_data(dataset)
     return budget
 
@@ -370,7 +371,9 @@ def search(be, ctx, plain=None):
     data = ctx.evaluation if ctx.evaluation is not None else ctx.calib
     budget.check_data(data)
     in_sample = data is ctx.calib or (ctx.calib is not None and data.source == ctx.calib.source)
-    reference = be.predict(ctx.reference_path, data.samples)
+    # the user's model is the reference, also when an earlier pass (pruning) replaced ctx.reference_path
+    original = ctx.source.save(ctx.workdir / "budget.reference.onnx")
+    reference = be.predict(original, data.samples)
     evals = []
 
     def evaluate(exclude):
