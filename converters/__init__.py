@@ -9,7 +9,8 @@ import importlib
 
 from .base import Backend, BuildContext, BuildResult
 
-BACKEND_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn"}
+BACKEND_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn", "tflite": "tflite", "paddlelite": "paddlelite",
+                   "mindspore-lite": "mindspore_lite"}
 _BACKENDS = {}
 
 

@@ -93,6 +93,11 @@ class Backend(abc.ABC):
     def runner(self, model_path, threads=None):
         """A callable ``run(feed)`` for the built model on the host (for timing)."""
 
+    def local_device_python(self):
+        """The Python that runs the agent for ``deploy --local`` when the runtime lives in a tool environment
+        (the host Python cannot import it), or None for the host's own Python."""
+        return None
+
     # -- mixed precision (optional) ------------------------------------------------
     def quantize(self, ctx, exclude=()):
         """INT8-quantize ``ctx.reference_path`` with the layers in ``exclude`` kept in float; return the file.

@@ -45,7 +45,8 @@ class MindSporeLiteBackend(Backend):
     )
 
     def __init__(self):
-        self._registered = {}
+        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
+        self._fp32_of = {}     # reference path -> this runtime's fp32 build of it (host timing)
 
     def availability(self):
         from edgekit import toolenvs
@@ -66,6 +67,12 @@ class MindSporeLiteBackend(Backend):
                 return p
         return "fp32"
 
+    def local_device_python(self):
+        """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
+        from edgekit import toolenvs
+
+        return toolenvs.ensure(self.toolenv, log=None)
+
     # -- host-side inference ---------------------------------------------------------
     def _worker(self, model_path, threads):
         from .toolworker import RunnerWorker, model_manifest
@@ -84,8 +91,12 @@ class MindSporeLiteBackend(Backend):
             worker.close()
 
     def runner(self, model_path, threads=None):
-        """The ONNX reference is timed with onnxruntime, the .ms in the tool environment (pipe overhead included)."""
+        """For timing on the host. The ONNX reference is timed as this runtime's own fp32 build of it (made by
+        this build), so a comparison is runtime against runtime; without one, onnxruntime runs it."""
         if str(model_path).endswith(".onnx"):
+            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
+            if fp32 is not None:
+                return self._worker(fp32, threads).run
             from .toolworker import onnx_predict
 
             state = {}
@@ -133,6 +144,7 @@ class MindSporeLiteBackend(Backend):
         log = _quiet(ctx.log)
         fp32, res, options = self._convert(ctx, False, log)
         ctx.check("fp32 (ONNX -> MindSpore Lite .ms)", fp32)
+        self._fp32_of[str(Path(ctx.reference_path).resolve())] = fp32
         model_file, flags = fp32, {"weight_fp16": False}
         if ctx.precision == "fp16":
             model_file, res, options = self._convert(ctx, True, log)

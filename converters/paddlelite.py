@@ -48,7 +48,8 @@ class PaddleLiteBackend(Backend):
     )
 
     def __init__(self):
-        self._registered = {}
+        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
+        self._fp32_of = {}     # reference path -> this runtime's fp32 build of it (host timing)
 
     def availability(self):
         from edgekit import toolenvs
@@ -65,6 +66,12 @@ class PaddleLiteBackend(Backend):
 
     def default_precision(self, profile, have_calib):
         return "fp32"
+
+    def local_device_python(self):
+        """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
+        from edgekit import toolenvs
+
+        return toolenvs.ensure(self.toolenv, log=None)
 
     # -- host-side inference ---------------------------------------------------------
     def _worker(self, model_path, threads):
@@ -84,8 +91,12 @@ class PaddleLiteBackend(Backend):
             worker.close()
 
     def runner(self, model_path, threads=None):
-        """The ONNX reference is timed with onnxruntime, the .nb in the tool environment (pipe overhead included)."""
+        """For timing on the host. The ONNX reference is timed as this runtime's own fp32 build of it (made by
+        this build), so a comparison is runtime against runtime; without one, onnxruntime runs it."""
         if str(model_path).endswith(".onnx"):
+            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
+            if fp32 is not None:
+                return self._worker(fp32, threads).run
             from .toolworker import onnx_predict
 
             state = {}
@@ -96,8 +107,7 @@ class PaddleLiteBackend(Backend):
                 return state["sess"].run(state["names"], feed)
 
             return run_onnx
-        worker = self._worker(model_path, threads)
-        return worker.run
+        return self._worker(model_path, threads).run
 
     # -- conversion -------------------------------------------------------------------
     @staticmethod
@@ -131,6 +141,7 @@ class PaddleLiteBackend(Backend):
             raise ConversionError(f"this host ({platform.machine()}) runs no Paddle Lite target edgekit knows (x86, arm): "
                                   "the converted model could not be checked")
         ctx.check(f"fp32 (ONNX -> x2paddle -> opt, {host} .nb on this host)", Path(res["nb"][host]))
+        self._fp32_of[str(Path(ctx.reference_path).resolve())] = Path(res["nb"][host])
         shipped = Path(res["nb"][target])
         if target == host:
             validated = "yes (this host runs the shipped .nb)"

@@ -172,7 +172,7 @@ class Device:
                          providers=providers, timeout=900)
 
 
-def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, **options):
+def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, backend=None, **options):
     """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory."""
     prof = profile if isinstance(profile, profiles.Profile) or profile is None else profiles.load(profile)
     if prof is not None and prof.build_only:
@@ -181,13 +181,22 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
             "To try the model on this machine, build it with --profile host")
     agent = prof.data["agent"] if prof else {}
     if kind == "local":
-        python = device_python or sys.executable
+        # A runtime that lives in a tool environment runs under that environment's Python, with its own agent root.
+        env_python = None if device_python or not backend else _backend_local_python(backend)
+        python = device_python or env_python or sys.executable
         root = device_root or os.environ.get("EDGEKIT_DEVICE_ROOT") or str(cache_root() / "device")
+        root = root if device_root or not env_python else f"{root}-{backend}"
     else:
         python = device_python or agent.get("python") or "python3"
         root = device_root or agent.get("root") or "~/.cache/edgekit/device"
     transport = connect(kind, target, **options)
     return Device(transport, python=python, root=root)
+
+
+def _backend_local_python(backend):
+    from .converters import get
+
+    return get(backend).local_device_python()
 
 
 def _annotate(report, manifest, device, prof):
@@ -229,7 +238,7 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
     if isinstance(device, str):
-        device = open_device(device, profile=prof)
+        device = open_device(device, profile=prof, backend=manifest["backend"])
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)

@@ -220,6 +220,16 @@ def detect_host():
         # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
         extra["mnn"] = {"backend": "CPU", "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
                         "precision_mode": "normal"}
+    if importlib.util.find_spec("ai_edge_litert") is not None or importlib.util.find_spec("tflite_runtime") is not None:
+        ranked.append("tflite")
+        # XNNPACK: static int8 ~2x faster than fp32 on x86; dynamic-range int8 slower than fp32 (measured).
+        extra["tflite"] = {"delegates": ["xnnpack"], "precisions": ["int8", "fp32"]}
+    # Tool-environment backends (their runtimes live in an environment edgekit creates on first use).
+    ranked.append("paddlelite")
+    extra["paddlelite"] = {"target": "x86" if arch == "x86_64" else "arm", "precisions": ["fp32"]}
+    if arch == "x86_64":  # the mindspore-lite wheel on PyPI is for Linux x86_64
+        ranked.append("mindspore-lite")
+        extra["mindspore-lite"] = {"device": "cpu", "precisions": ["fp32", "fp16"]}
     data = {
         "schema_version": 1,
         "name": HOST,

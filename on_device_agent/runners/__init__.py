@@ -11,7 +11,8 @@ import threading
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
-RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn"}
+RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn", "tflite": "tflite", "paddlelite": "paddlelite",
+                  "mindspore-lite": "mindspore_lite"}
 _RUNNERS = {}
 _LOCK = threading.Lock()
 
