@@ -1,0 +1,251 @@
+"""TFLite / LiteRT backend: ONNX -> ``.tflite`` in FP32, FP16 weights, dynamic-range INT8 and full INT8
+calibrated with the user's data.
+
+Choices, and why (measured with onnx2tf 2.6.9, ai-edge-quantizer 0.5.1 and ai-edge-litert 2.1.2 on x86
+and the PP-OCR cls model):
+
+- The converter runs in a tool environment (:mod:`edgekit.toolenvs`, Python 3.12+): onnx2tf 2.x writes
+  the .tflite directly (its ``flatbuffer_direct`` path) without TensorFlow, but needs Python >= 3.12.
+  onnxsim first fixes every shape (without it onnx2tf fails on PP-OCR's Softmax). Nothing is downloaded
+  at conversion time (2.x ships its TFLite schema; verified with the network unshared).
+- Quantization is ai-edge-quantizer on the FP32 .tflite, in the same environment: fp16 = FP16 weights
+  dequantized at load, int8-dynamic = INT8 weights with activations quantized at run time, int8 = static
+  INT8 (min/max calibration on the user's samples). onnx2tf's own dynamic-range file outputs NaN on
+  PP-OCR and its strict full-int8 path refuses HardSigmoid.
+- Layout: onnx2tf makes 4-D inputs and outputs channels-last (NHWC). The bundle keeps the ONNX model's
+  inputs and outputs (what the user feeds: NCHW); the runner transposes with the permutations the
+  converter measured on a structured sample (``io_layout.json`` beside the model and
+  ``manifest["runner"]["io"]``). Fidelity is checked through the same runner code the agent runs.
+- On x86, static INT8 runs about 2x faster than FP32 under XNNPACK and dynamic-range runs slower than
+  FP32, so the host profile prefers int8 when calibration data is given, else fp32.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+from edgekit.toolenvs import ToolEnvSpec
+
+from .base import Backend, BuildResult
+
+TOOLS = Path(__file__).resolve().parent / "tools"
+IO_FILE = "io_layout.json"
+
+# onnx2tf 2.x and its dependencies as resolved together on Python 3.12 (no TensorFlow); ai-edge-quantizer
+# 0.5.1 is the newest release that accepts onnx2tf's ai-edge-litert pin.
+REQUIREMENTS = (
+    "onnx2tf==2.6.9", "ai-edge-quantizer==0.5.1", "ai-edge-litert==2.1.2", "onnx==1.20.1", "onnxsim==0.6.5",
+    "onnxruntime==1.26.0", "onnxscript==0.6.2", "onnx-ir==1.1.0", "onnxoptimizer==0.4.2", "numpy==2.2.6",
+    "ml_dtypes==0.5.4", "protobuf==7.35.1", "flatbuffers==25.12.19", "sne4onnx==2.0.1", "sng4onnx==2.0.1",
+    "h5py==3.14.0", "opencv-python==4.13.0.92", "scipy==1.18.1", "absl-py==2.5.1", "immutabledict==4.3.1",
+    "litert-lm-builder==0.18.1", "psutil==5.9.5", "tqdm==4.67.1", "rich==15.0.0", "sympy==1.14.0",
+)
+TOOLENV = ToolEnvSpec(
+    name="tflite",
+    pythons=("3.12", "3.13"),
+    requirements=REQUIREMENTS,
+    check="import onnx2tf, onnxsim, onnxruntime, ai_edge_quantizer, ai_edge_litert.interpreter",
+    purpose="onnx2tf 2.x (ONNX -> TFLite without TensorFlow) and ai-edge-quantizer",
+    env=(("TQDM_DISABLE", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2"), ("PIP_NO_INDEX", "1"), ("PIP_NO_INPUT", "1"),
+         ("HF_HUB_OFFLINE", "1")),
+)
+
+
+def _runner_module():
+    from edgekit_agent.runners import tflite
+
+    return tflite
+
+
+def _threads(threads):
+    return threads or min(4, os.cpu_count() or 1)
+
+
+def _structured_probe(specs, seed=0):
+    """One input per spec with spatial structure (gradients and waves differing per axis), so a wrong
+    layout shows as a large error (random noise through global pooling hides it)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in s.shape]
+        grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
+        a = np.zeros(shape)
+        for axis, g in enumerate(grids):
+            a += np.sin((g + 1) * (0.37 + 0.23 * axis)) * (axis + 1) / len(shape)
+        a += 0.05 * rng.standard_normal(shape)
+        out[s.name] = a.astype(s.dtype if s.dtype.startswith("float") else "float32")
+    return out
+
+
+class TFLiteBackend(Backend):
+    name = "tflite"
+    runtime = "ai-edge-litert"
+    install_hint = ("The host needs the LiteRT runtime for fidelity checks: pip install 'edgekit[tflite]' "
+                    "(ai-edge-litert); the converter lives in a tool environment edgekit creates "
+                    "(`edgekit backends install tflite`).")
+    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
+    toolenv = TOOLENV
+
+    def __init__(self):
+        self._fp32_for = {}  # reference .onnx -> its FP32 .tflite in the current build (host timing)
+
+    def availability(self):
+        from edgekit import toolenvs
+
+        found = _runner_module()._interpreter_module()
+        env = toolenvs.state(self.toolenv)
+        if found is None:
+            return False, "ai-edge-litert is not installed (the host runs each step's output for the fidelity checks)"
+        if env.get("interpreter_missing"):
+            return False, f"{found[0]} {found[2]}; {env['detail']}"
+        return True, f"{found[0]} {found[2]} (XNNPACK on CPU); tool environment: {env['detail']}"
+
+    def runtime_version(self):
+        found = _runner_module()._interpreter_module()
+        return found[2] if found else None
+
+    def default_precision(self, profile, have_calib):
+        for p in profile.backend("tflite").get("precisions", ["fp32"]):
+            if p == "int8" and not have_calib:
+                continue
+            if p in self.precisions:
+                return p
+        return "fp32"
+
+    # -- host-side inference (fidelity, timing) -------------------------------------
+    def _model(self, model_path, threads, specs_from=None):
+        """The agent's runner on the host, with the layout file beside the model."""
+        tfl = _runner_module()
+        model_path = Path(model_path)
+        io_path = model_path.parent / IO_FILE
+        io = json.loads(io_path.read_text()) if io_path.is_file() else {}
+        inputs = [{"name": e["name"]} for e in io.get("inputs", [])]
+        outputs = [{"name": e["name"]} for e in io.get("outputs", [])]
+        if not inputs:  # no layout file: feed by the model's own tensor names, no transposition
+            mod = tfl._interpreter_module()
+            if mod is None:
+                from edgekit.errors import BackendUnavailable
+
+                raise BackendUnavailable(f"ai-edge-litert is not installed here. {self.install_hint}")
+            it = mod[1].Interpreter(model_path=str(model_path))
+            inputs = [{"name": d["name"]} for d in it.get_input_details()]
+            outputs = [{"name": d["name"]} for d in it.get_output_details()]
+        manifest = {"model": model_path.name, "inputs": inputs, "outputs": outputs, "runner": {"io": io}}
+        r = tfl.TFLiteRunner(str(model_path.parent), manifest, threads=_threads(threads))
+        r.load()
+        return r
+
+    def _ort(self, model_path, threads):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.intra_op_num_threads = _threads(threads)
+        return ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
+
+    def predict(self, model_path, samples, threads=None):
+        if str(model_path).endswith(".onnx"):  # the reference: ONNX Runtime, so the FP32 step tests onnx2tf
+            sess = self._ort(model_path, threads)
+            names = [o.name for o in sess.get_outputs()]
+            return [dict(zip(names, sess.run(names, feed))) for feed in samples]
+        model = self._model(model_path, threads)
+        return [model.run(feed) for feed in samples]
+
+    def runner(self, model_path, threads=None):
+        """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT)."""
+        path = self._fp32_for.get(str(model_path), model_path)
+        if str(path).endswith(".onnx"):
+            sess = self._ort(path, threads)
+            return lambda feed: sess.run(None, feed)
+        model = self._model(path, threads)
+        return model.run
+
+    # -- conversion -------------------------------------------------------------------
+    def build(self, ctx):
+        import numpy as np
+
+        from edgekit import toolenvs
+
+        if ctx.precision == "int8":
+            ctx.require_calibration("int8 quantization", "fp32/fp16/int8-dynamic")
+        work = Path(ctx.workdir) / "tflite"
+        work.mkdir(parents=True, exist_ok=True)
+        specs = ctx.source.inputs
+        evaluation = getattr(ctx, "evaluation", None)
+        real = ctx.calib if ctx.calib is not None and not ctx.calib.synthetic else (
+            evaluation if evaluation is not None and not evaluation.synthetic else None)
+        probe = real.samples[0] if real is not None else _structured_probe(specs)
+        np.savez(work / "probe.npz", **probe)
+        request = {
+            "step": f"onnx2tf + ai-edge-quantizer ({ctx.precision})",
+            "onnx": str(ctx.reference_path),
+            "precision": ctx.precision,
+            "inputs": [{"name": s.name, "shape": s.shape} for s in specs],
+            "outputs": [{"name": s.name} for s in ctx.source.outputs],
+            "probe": str(work / "probe.npz"),
+            "threads": _threads(ctx.profile.threads if ctx.profile.name == "host" else None),
+        }
+        if ctx.precision == "int8":
+            np.savez(work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in ctx.calib.samples])
+                                            for s in specs})
+            request["calib"] = str(work / "calib.npz")
+        t0 = time.perf_counter()
+        res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=ctx.log)
+        seconds = round(time.perf_counter() - t0, 2)
+        (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
+        fp32, model_file = Path(res["fp32"]), Path(res["model"])
+        self._fp32_for[str(ctx.reference_path)] = fp32
+        ctx.check("fp32 (ONNX -> TFLite, onnx2tf)", fp32)
+        quant = res.get("quantization")
+        if ctx.precision != "fp32":
+            ctx.check({"fp16": "fp16 weights (ai-edge-quantizer)",
+                       "int8-dynamic": "int8 dynamic range (ai-edge-quantizer)",
+                       "int8": f"int8 full quantization (ai-edge-quantizer, {quant.get('calibration_samples')} "
+                               "calibration samples)"}[ctx.precision], model_file)
+        settings = ctx.profile.backend("tflite")
+        runner_options = {"providers": list(settings.get("delegates") or ["xnnpack"]), "io": res["io"]}
+        for key in ("delegate_libraries", "delegate_options"):
+            if settings.get(key):
+                runner_options[key] = settings[key]
+        moved = [e["name"] for e in res["io"]["inputs"] + res["io"]["outputs"] if e["perm"]]
+        sections = {
+            "tflite": {
+                "converter": f"onnx2tf {res['versions'].get('onnx2tf')} (flatbuffer_direct, no TensorFlow) in the "
+                             f"tflite tool environment (Python {res['versions'].get('python')})",
+                "tool_environment": toolenvs.state(self.toolenv)["path"],
+                "versions": res["versions"],
+                "layout": {
+                    "bundle_inputs": "as the ONNX model (what you feed); the runner transposes to the .tflite's layout",
+                    "transposed": moved,
+                    "io": res["io"],
+                },
+                "delegates": runner_options["providers"],
+                "tool_seconds": seconds,
+                "tool_steps": res.get("steps", []),
+                "fp32_ops": res.get("fp32_ops"),
+            },
+        }
+        if quant:
+            sections["quantization"] = quant
+        warnings = list(res.get("warnings", []))
+        if ctx.precision == "int8-dynamic":
+            warnings.append("int8-dynamic quantizes activations at run time: on x86 it ran slower than fp32 under "
+                            "XNNPACK (measured); prefer int8 with --calib, or fp32")
+        ext = [(work / IO_FILE, "io_layout")]
+        return BuildResult(
+            model_file=model_file,
+            extra_files=ext,
+            runtime=self.runtime,
+            runtime_version=self.runtime_version() or "",
+            format="tflite",
+            ops=res["ops"],
+            sections=sections,
+            warnings=warnings,
+            runner_options=runner_options,
+        )
+
+
+BACKEND = TFLiteBackend()

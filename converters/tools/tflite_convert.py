@@ -1,0 +1,297 @@
+"""ONNX -> TFLite (LiteRT) in edgekit's tflite tool environment (standalone: no edgekit imports).
+
+Usage: python -I tflite_convert.py request.json result.json (cwd: a scratch work directory)
+
+request: {"onnx": reference model (static shapes), "precision": fp32|fp16|int8-dynamic|int8,
+          "inputs": [{"name", "shape"}], "outputs": [{"name"}],
+          "probe": npz with one structured sample per input (the layout the user feeds),
+          "calib": npz with calibration samples stacked per input, (n, *input shape) (int8 only), "threads": n}
+result:  {"fp32": path, "model": path, "io": {"inputs": [...], "outputs": [...]}, "ops": [...],
+          "versions": {...}, "warnings": [...], "steps": [...]}
+
+Steps: onnxsim simplifies the graph (onnx2tf's flatbuffer_direct path needs every shape known);
+onnx2tf 2.x writes the float32 .tflite without TensorFlow (flatbuffer_direct); ai-edge-quantizer
+then quantizes that file (fp16 weights, dynamic-range int8, static int8 with the user's data).
+onnx2tf's own dynamic-range and full-int8 outputs are not used: on PP-OCR cls the first gives NaN
+and the second refuses HardSigmoid (RELU_0_TO_1). onnx2tf makes 4-D inputs/outputs channels-last;
+the permutation per input and output is measured here on the probe sample (ONNX Runtime on the
+reference against LiteRT on the float32 file) and returned, so the runners can feed the user's layout.
+"""
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import sys
+import time
+
+
+def log(msg):
+    sys.__stderr__.write(msg + "\n")  # edgekit's log, also while a tool's own stderr is redirected
+    sys.__stderr__.flush()
+
+
+def channels_last(rank):
+    return [0] + list(range(2, rank)) + [1] if rank >= 3 else list(range(rank))
+
+
+def channels_first(rank):
+    return [0, rank - 1] + list(range(1, rank - 1)) if rank >= 3 else list(range(rank))
+
+
+def input_perms(onnx_shape, tfl_shape):
+    """Permutations p with onnx_shape[p] == tfl_shape: identity first, then channels-last."""
+    out = []
+    for p in (list(range(len(onnx_shape))), channels_last(len(onnx_shape))):
+        if len(tfl_shape) == len(onnx_shape) and [onnx_shape[i] for i in p] == list(tfl_shape) and p not in out:
+            out.append(p)
+    return out
+
+
+def output_perms(tfl_shape, onnx_rank):
+    """Permutations p with tflite_output.transpose(p) in ONNX layout (identity first, then channels-first)."""
+    out = []
+    if len(tfl_shape) != onnx_rank:
+        return out
+    for p in (list(range(onnx_rank)), channels_first(onnx_rank)):
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def quant_in(a, detail):
+    import numpy as np
+
+    if detail["dtype"] in (np.float32, np.float16) or not detail["quantization"][0]:
+        return a.astype(detail["dtype"])
+    scale, zero = detail["quantization"]
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(a / scale + zero), info.min, info.max).astype(detail["dtype"])
+
+
+def dequant_out(a, detail):
+    import numpy as np
+
+    if a.dtype in (np.float32,) or not detail["quantization"][0]:
+        return a.astype(np.float32)
+    scale, zero = detail["quantization"]
+    return ((a.astype(np.float32) - zero) * scale).astype(np.float32)
+
+
+def match_io(tfl_path, onnx_path, req, probe):
+    """Measure which tflite tensor and permutation serves each ONNX input/output."""
+    import numpy as np
+    import onnxruntime as ort
+    from ai_edge_litert import interpreter as tfl
+
+    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, probe)))
+    it = tfl.Interpreter(model_path=tfl_path, num_threads=int(req.get("threads") or 1))
+    it.allocate_tensors()
+    tin, tout = it.get_input_details(), it.get_output_details()
+    by_name_in = dict((d["name"], d) for d in tin)
+    by_name_out = dict((d["name"], d) for d in tout)
+    ins = []
+    for k, spec in enumerate(req["inputs"]):
+        d = by_name_in.get(spec["name"]) or (tin[k] if k < len(tin) else None)
+        if d is None:
+            raise SystemExit("the converted model has no tensor for input %r" % spec["name"])
+        perms = input_perms(list(probe[spec["name"]].shape), [int(x) for x in d["shape"]])
+        if not perms:
+            raise SystemExit("input %r: the converted model wants shape %s, the ONNX model %s (no layout change "
+                             "explains it)" % (spec["name"], list(d["shape"]), list(probe[spec["name"]].shape)))
+        ins.append((spec["name"], d, perms))
+    outs = []
+    for k, spec in enumerate(req["outputs"]):
+        d = by_name_out.get(spec["name"]) or (tout[k] if k < len(tout) else None)
+        if d is None:
+            raise SystemExit("the converted model has no tensor for output %r" % spec["name"])
+        outs.append((spec["name"], d))
+    best = None
+    for combo in itertools.islice(itertools.product(*[p for _, _, p in ins]), 64):
+        for (name, d, _), p in zip(ins, combo):
+            it.set_tensor(d["index"], quant_in(np.transpose(probe[name], p), d))
+        it.invoke()
+        total, chosen = 0.0, []
+        for name, d in outs:
+            got = dequant_out(it.get_tensor(d["index"]), d)
+            want = ref[name]
+            errs = []
+            for p in output_perms(list(got.shape), want.ndim):
+                g = np.transpose(got, p)
+                if g.shape == want.shape:
+                    errs.append((float(np.max(np.abs(g - want))) if g.size else 0.0, p))
+            if not errs:
+                total = float("inf")
+                chosen.append((name, d, None, float("inf")))
+                continue
+            err, p = min(errs, key=lambda e: e[0])
+            total += err / (float(np.max(np.abs(want))) + 1e-12)
+            chosen.append((name, d, p, err))
+        if best is None or total < best[0]:
+            best = (total, combo, chosen)
+    total, combo, chosen = best
+    if total == float("inf"):
+        raise SystemExit("an output of the converted model has a shape no layout change maps to the ONNX output")
+    identity = lambda p: p is None or list(p) == list(range(len(p)))  # noqa: E731
+    return {
+        "inputs": [{"name": name, "tensor": d["name"], "perm": None if identity(p) else list(p),
+                    "shape": [int(x) for x in d["shape"]]} for (name, d, _), p in zip(ins, combo)],
+        "outputs": [{"name": name, "tensor": d["name"], "perm": None if identity(p) else list(p),
+                     "shape": [int(x) for x in d["shape"]], "probe_max_abs_err": err}
+                    for name, d, p, err in chosen],
+        "measured_on": "one structured sample: ONNX Runtime (reference) vs LiteRT (float32 file)",
+    }
+
+
+def tflite_ops(path):
+    """[{op, version, count}] from the flatbuffer's operator codes (builtin code + version)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        buf = f.read()
+    model = schema.Model.GetRootAsModel(buf, 0)
+    names = dict((v, k) for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int))
+    codes = []
+    for i in range(model.OperatorCodesLength()):
+        oc = model.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        name = names.get(code, "BUILTIN_%d" % code)
+        if name == "CUSTOM":
+            name = "CUSTOM:" + (oc.CustomCode() or b"").decode("utf-8", "replace")
+        codes.append((name, oc.Version()))
+    counts = {}
+    for s in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(s)
+        for j in range(sg.OperatorsLength()):
+            key = codes[sg.Operators(j).OpcodeIndex()]
+            counts[key] = counts.get(key, 0) + 1
+    return [{"domain": "tflite", "op": n, "version": v, "count": c} for (n, v), c in sorted(counts.items())]
+
+
+def quantize(fp32, precision, io, req, out_path):
+    from ai_edge_quantizer import quantizer, recipe, qtyping
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    q = quantizer.Quantizer(fp32)
+    info = {"tool": "ai-edge-quantizer"}
+    if precision == "fp16":
+        q.update_quantization_recipe(
+            regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+            op_config=qtyping.OpQuantizationConfig(
+                weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=16, dtype=qtyping.TensorDataType.FLOAT),
+                compute_precision=qtyping.ComputePrecision.FLOAT, explicit_dequantize=True),
+            algorithm_key=AlgorithmName.FLOAT_CASTING)
+        info.update(method="fp16 weights (float casting, dequantized at load)", activations="fp32")
+        result = q.quantize()
+    elif precision == "int8-dynamic":
+        q.load_quantization_recipe(recipe.dynamic_wi8_afp32())
+        info.update(method="dynamic range (int8 weights, activations quantized at run time)", weights="int8")
+        result = q.quantize()
+    elif precision == "int8":
+        import numpy as np
+        from ai_edge_litert import interpreter as tfl
+
+        q.load_quantization_recipe(recipe.static_wi8_ai8())
+        it = tfl.Interpreter(model_path=fp32)
+        sigs = it.get_signature_list()
+        if not sigs:
+            raise SystemExit("the float32 .tflite has no signature; ai-edge-quantizer calibrates per signature")
+        sig = sorted(sigs)[0]
+        sig_inputs = sigs[sig]["inputs"]
+        data = np.load(req["calib"])
+        n = min(len(data[s["name"]]) for s in io["inputs"])
+        names = dict((s["name"], s["name"] if s["name"] in sig_inputs else sig_inputs[k])
+                     for k, s in enumerate(io["inputs"]))
+        samples = []
+        for i in range(n):
+            samples.append(dict((names[s["name"]], np.ascontiguousarray(
+                np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
+            ).astype(np.float32)) for s in io["inputs"]))
+        t0 = time.time()
+        log("  calibrating int8 on %d samples (ai-edge-quantizer, min/max)" % n)
+        cal = q.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))
+        result = q.quantize(cal)
+        info.update(method="static (full int8: weights and activations)", weights="int8 per-channel, symmetric",
+                    activations="int8 per-tensor (min/max)", calibration_samples=n,
+                    calibration_seconds=round(time.time() - t0, 2))
+    else:
+        raise SystemExit("unknown precision %r" % precision)
+    result.export_model(out_path, overwrite=True)
+    sys.stdout.flush()
+    return info
+
+
+def versions():
+    from importlib.metadata import version
+
+    out = {}
+    for p in ("onnx2tf", "ai-edge-quantizer", "ai-edge-litert", "onnx", "onnxsim", "onnxruntime", "numpy"):
+        try:
+            out[p] = version(p)
+        except Exception:
+            out[p] = None
+    out["python"] = "%d.%d.%d" % sys.version_info[:3]
+    return out
+
+
+def main(req_path, res_path):
+    import numpy as np
+    import onnx
+
+    req = json.load(open(req_path))
+    work = os.getcwd()
+    warnings, steps = [], []
+    t0 = time.time()
+    model = onnx.load(req["onnx"])
+    try:
+        import onnxsim
+
+        simplified, ok = onnxsim.simplify(model)
+        if ok:
+            model = simplified
+        else:
+            warnings.append("onnxsim could not verify its simplified graph; the original graph was converted")
+    except Exception as e:  # onnx2tf may still manage; it reports its own error otherwise
+        warnings.append("onnxsim failed (%s); the original graph was converted" % (str(e).splitlines() or [""])[0])
+    sim_path = os.path.join(work, "simplified.onnx")
+    onnx.save(model, sim_path)
+    steps.append({"step": "onnxsim", "seconds": round(time.time() - t0, 2)})
+    log("  onnx2tf (flatbuffer_direct, no TensorFlow): ONNX -> float32 .tflite")
+    t1 = time.time()
+    import onnx2tf
+
+    out_dir = os.path.join(work, "onnx2tf")
+    with contextlib.redirect_stderr(sys.stdout):  # progress bars go to the tool's stdout log, not edgekit's
+        onnx2tf.convert(input_onnx_file_path=sim_path, output_folder_path=out_dir,
+                        copy_onnx_input_output_names_to_tflite=True, non_verbose=True)
+    produced = os.path.join(out_dir, "simplified_float32.tflite")
+    if not os.path.isfile(produced):
+        raise SystemExit("onnx2tf wrote no float32 .tflite (found: %s)" % ", ".join(sorted(os.listdir(out_dir))))
+    fp32 = os.path.join(work, "model.fp32.tflite")
+    shutil.copyfile(produced, fp32)
+    steps.append({"step": "onnx2tf", "seconds": round(time.time() - t1, 2)})
+    probe = dict((k, v) for k, v in np.load(req["probe"]).items())
+    io = match_io(fp32, req["onnx"], req, probe)
+    moved = [s["name"] for s in io["inputs"] + io["outputs"] if s["perm"]]
+    if moved:
+        log("  layout: onnx2tf made %s channels-last; the runners transpose" % ", ".join(moved))
+    model_path, quant = fp32, None
+    if req["precision"] != "fp32":
+        t2 = time.time()
+        log("  ai-edge-quantizer: %s" % req["precision"])
+        model_path = os.path.join(work, "model.%s.tflite" % req["precision"])
+        with contextlib.redirect_stderr(sys.stdout):
+            quant = quantize(fp32, req["precision"], io, req, model_path)
+        steps.append({"step": "ai-edge-quantizer " + req["precision"], "seconds": round(time.time() - t2, 2)})
+    result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
+              "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
+              "warnings": warnings, "steps": steps}
+    with open(res_path + ".tmp", "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(res_path + ".tmp", res_path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

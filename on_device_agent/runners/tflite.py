@@ -1,0 +1,194 @@
+"""TFLite / LiteRT runner: ``ai_edge_litert`` (or ``tflite_runtime`` where that is all the device has).
+
+CPU inference goes through XNNPACK, the interpreter's default delegate on x86 and Arm. A profile
+may list hardware delegates (``[runtimes.tflite] delegates = ["gpu", ...]``); each is loaded with
+``load_delegate`` from its shared library, and one that fails to load or to take the graph falls
+back to the CPU: describe() and its warnings say so.
+
+Layout: the bundle's inputs and outputs are the ONNX model's (what the user feeds, e.g. NCHW);
+onnx2tf made 4-D tensors channels-last, so ``manifest["runner"]["io"]`` holds, per input and
+output, the tflite tensor name and the permutation measured at build time. Quantized inputs and
+outputs (full int8) are quantized/dequantized here with the tensor's scale and zero point.
+"""
+
+import time
+
+from .base import Runner, RunnerFault, RuntimeMissing
+
+# Shared-library names the delegates ship as (a profile's ``delegate_libraries`` overrides them).
+DELEGATE_LIBRARIES = {
+    "gpu": "libtensorflowlite_gpu_delegate.so",
+    "hexagon": "libhexagon_delegate.so",
+    "nnapi": "libnnapi_delegate.so",
+}
+CPU_NAMES = ("xnnpack", "cpu")
+
+
+def _interpreter_module():
+    """``(pip name, module, version)`` of the first LiteRT interpreter importable here, or None."""
+    try:
+        from ai_edge_litert import interpreter as mod
+        import ai_edge_litert
+
+        return "ai-edge-litert", mod, getattr(ai_edge_litert, "__version__", None) or _dist_version("ai-edge-litert")
+    except ImportError:
+        pass
+    try:
+        from tflite_runtime import interpreter as mod
+        import tflite_runtime
+
+        return "tflite-runtime", mod, getattr(tflite_runtime, "__version__", None) or _dist_version("tflite-runtime")
+    except ImportError:
+        return None
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version
+    except ImportError:  # Python 3.7
+        try:
+            import pkg_resources
+
+            return pkg_resources.get_distribution(name).version
+        except Exception:
+            return None
+    try:
+        return version(name)
+    except Exception:
+        return None
+
+
+def _transpose(a, perm):
+    return a.transpose(perm) if perm else a
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+class TFLiteRunner(Runner):
+    backend = "tflite"
+    runtime = "ai-edge-litert"
+    install_hint = "pip install ai-edge-litert (or tflite-runtime where the device has only that)"
+
+    @classmethod
+    def runtime_version(cls):
+        found = _interpreter_module()
+        return found[2] if found else None
+
+    def _delegates(self, mod):
+        """Load each requested hardware delegate; failures become warnings (CPU fallback)."""
+        libs = dict(DELEGATE_LIBRARIES)
+        libs.update(self.manifest.get("runner", {}).get("delegate_libraries") or {})
+        options = self.manifest.get("runner", {}).get("delegate_options") or {}
+        loaded, self.fallback = [], []
+        for name in self.requested:
+            if name in CPU_NAMES:
+                continue
+            lib = libs.get(name)
+            if lib is None:
+                self.fallback.append((name, "no shared library is known for it (set delegate_libraries in the profile)"))
+                continue
+            try:
+                loaded.append((name, mod.load_delegate(lib, options.get(name) or {})))
+            except (ValueError, OSError, RuntimeError) as e:
+                self.fallback.append((name, "%s failed to load (%s)" % (lib, str(e).strip().splitlines()[0] if str(e) else e)))
+        return loaded
+
+    def load(self):
+        found = _interpreter_module()
+        if found is None:
+            raise RuntimeMissing("no TFLite interpreter (ai_edge_litert or tflite_runtime) for this device's Python: %s"
+                                 % self.install_hint)
+        self.runtime_name, mod, self.version = found
+        io = self.manifest.get("runner", {}).get("io") or {}
+        t0 = time.perf_counter()
+        delegates = self._delegates(mod)
+        self.active = [n for n, _ in delegates]
+        try:
+            self.interp = mod.Interpreter(model_path=self.model_path(), num_threads=self.threads,
+                                          experimental_delegates=[d for _, d in delegates] or None)
+            self.interp.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            if not delegates:
+                raise RunnerFault("LiteRT cannot load %s: %s" % (self.model_path(), e))
+            for n in self.active:
+                self.fallback.append((n, "it could not take the graph (%s)" % (str(e).strip().splitlines() or [""])[0]))
+            self.active = []
+            self.interp = mod.Interpreter(model_path=self.model_path(), num_threads=self.threads)
+            self.interp.allocate_tensors()
+        self.load_ms = (time.perf_counter() - t0) * 1000.0
+        details_in = self.interp.get_input_details()
+        details_out = self.interp.get_output_details()
+        by_in = dict((d["name"], d) for d in details_in)
+        by_out = dict((d["name"], d) for d in details_out)
+        self.inputs = []
+        for k, spec in enumerate(self.manifest["inputs"]):
+            m = self._io_entry(io.get("inputs"), spec["name"], k)
+            d = by_in.get(m.get("tensor", spec["name"])) or by_in.get(spec["name"]) or details_in[k]
+            self.inputs.append((spec["name"], d, m.get("perm")))
+        self.outputs = []
+        for k, spec in enumerate(self.manifest["outputs"]):
+            m = self._io_entry(io.get("outputs"), spec["name"], k)
+            d = by_out.get(m.get("tensor", spec["name"])) or by_out.get(spec["name"]) or details_out[k]
+            self.outputs.append((spec["name"], d, m.get("perm")))
+
+    @staticmethod
+    def _io_entry(entries, name, k):
+        for e in entries or []:
+            if e.get("name") == name:
+                return e
+        return {}
+
+    def run(self, feeds):
+        import numpy as np
+
+        for name, d, perm in self.inputs:
+            a = _transpose(feeds[name], perm)
+            scale, zero = d.get("quantization", (0.0, 0))
+            if d["dtype"] not in (np.float32, np.float16) and scale:
+                info = np.iinfo(d["dtype"])
+                a = np.clip(np.round(a / scale + zero), info.min, info.max)
+            self.interp.set_tensor(d["index"], np.ascontiguousarray(a, dtype=d["dtype"]))
+        try:
+            self.interp.invoke()
+        except (RuntimeError, ValueError) as e:
+            raise RunnerFault("LiteRT failed to run the model: %s" % e)
+        out = {}
+        for name, d, perm in self.outputs:
+            a = self.interp.get_tensor(d["index"])
+            scale, zero = d.get("quantization", (0.0, 0))
+            if a.dtype != np.float32 and scale:
+                a = (a.astype(np.float32) - zero) * scale
+            out[name] = np.ascontiguousarray(_transpose(a, perm))
+        return out
+
+    def describe(self):
+        cpu = "XNNPACK (the interpreter's default CPU delegate)"
+        info = {
+            "runtime": self.runtime_name,
+            "runtime_version": self.version,
+            "accelerators_requested": self.requested or ["xnnpack"],
+            "accelerators_active": self.active + ["xnnpack"],
+            "accelerator": self.active[0] if self.active else cpu,
+            "threads": self.threads,
+            "layout": dict((n, "transposed %s" % list(p)) for n, _, p in self.inputs + self.outputs if p) or None,
+            "warnings": [],
+        }
+        for name, why in self.fallback:
+            info["warnings"].append("delegate %s was requested but %s; it runs on the CPU (%s)" % (name, why, cpu))
+        return info
+
+    def placement(self, feeds):
+        """Nodes in the graph and the delegate partitions that took them over (XNNPACK or a hardware delegate)."""
+        try:
+            ops = self.interp._get_ops_details()
+        except Exception:
+            return None
+        delegated = sum(1 for o in ops if o.get("op_name") == "DELEGATE")
+        label = self.active[0] if self.active else "XNNPACK"
+        return {"%s partitions" % label: delegated, "graph nodes": len(ops) - delegated}
+RUNNER = TFLiteRunner
