@@ -49,3 +49,95 @@ def tiny_calib(path, n=32, seed=1):
             x[i, c] = a * xx + b * yy + np.exp(-((xx - (cx + 1) / 2) ** 2 + (yy - (cy + 1) / 2) ** 2) * 8)
     np.savez(path, input=x)
     return path
+
+
+def prunable_cnn(path, seed=0, zero=0.25):
+    """A graph with every rewiring case, some channels exactly dead; returns ``(path, info)``.
+
+    stem Conv(3->16)+BN+Relu -> [expand 1x1(16)+BN+Clip -> depthwise 3x3+BN+Relu] || [Conv 3x3(8)+Relu]
+    -> Concat (24) -> project 1x1(16)+BN -> Add stem (residual) -> squeeze-excite (GAP, Conv 8, Relu, Conv 16,
+    HardSigmoid, Mul) -> GAP -> Flatten -> Gemm(10) -> logits (+ side: stem -> Conv(8) -> GAP -> Reshape[1, 8]
+    -> MatMul(10), added to the logits). In every channel group ``floor(zero * C)`` channels have all-zero
+    weights, biases and BN shifts, so they output exactly 0: removing them must not change the output.
+    """
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def w(name, shape, scale=0.3):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def arr(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
+        return name
+
+    def conv(x, name, cin, cout, k, group=1, bias=True):
+        ins = [x, w(f"{name}.w", (cout, cin // group, k, k))] + ([w(f"{name}.b", (cout,), 0.1)] if bias else [])
+        nodes.append(helper.make_node("Conv", ins, [name], name=name, pads=[k // 2] * 4, group=group))
+        return name
+
+    def bn(x, name, c):
+        arr(f"{name}.scale", rng.uniform(0.5, 1.5, c))
+        arr(f"{name}.shift", rng.standard_normal(c) * 0.1)
+        arr(f"{name}.mean", rng.standard_normal(c) * 0.1)
+        arr(f"{name}.var", rng.uniform(0.5, 1.5, c))
+        nodes.append(helper.make_node("BatchNormalization", [x] + [f"{name}.{p}" for p in ("scale", "shift", "mean", "var")],
+                                      [name], name=name))
+        return name
+
+    def act(op, x, name, *extra):
+        nodes.append(helper.make_node(op, [x, *extra], [name], name=name))
+        return name
+
+    arr("six", 6.0)
+    arr("zero", 0.0)
+    stem = act("Relu", bn(conv("x", "stem", 3, 16, 3), "stem_bn", 16), "stem_relu")
+    a = act("Clip", bn(conv(stem, "expand", 16, 16, 1), "expand_bn", 16), "expand_clip", "zero", "six")
+    a = act("Relu", bn(conv(a, "dw", 16, 16, 3, group=16), "dw_bn", 16), "dw_relu")
+    b = act("Relu", conv(stem, "branch", 16, 8, 3), "branch_relu")
+    nodes.append(helper.make_node("Concat", [a, b], ["cat"], name="cat", axis=1))
+    proj = bn(conv("cat", "project", 24, 16, 1), "project_bn", 16)
+    nodes.append(helper.make_node("Add", [stem, proj], ["res"], name="res"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["res"], ["se_pool"], name="se_pool"))
+    s = act("Relu", conv("se_pool", "se_reduce", 16, 8, 1), "se_relu")
+    s = act("HardSigmoid", conv(s, "se_expand", 8, 16, 1), "se_gate")
+    nodes.append(helper.make_node("Mul", ["res", s], ["se_out"], name="se_mul"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["se_out"], ["pool"], name="pool"))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="flatten"))
+    nodes.append(helper.make_node("Gemm", ["flat", w("fc.w", (10, 16)), w("fc.b", (10,))], ["main"], name="fc", transB=1))
+    side = act("Relu", conv(stem, "side", 16, 8, 1), "side_relu")
+    nodes.append(helper.make_node("GlobalAveragePool", [side], ["side_pool"], name="side_pool"))
+    inits.append(numpy_helper.from_array(np.array([1, 8], np.int64), "side_shape"))
+    nodes.append(helper.make_node("Reshape", ["side_pool", "side_shape"], ["side_flat"], name="side_reshape"))
+    nodes.append(helper.make_node("MatMul", ["side_flat", w("side_fc.w", (8, 10))], ["side_logits"], name="side_fc"))
+    nodes.append(helper.make_node("Add", ["main", "side_logits"], ["logits"], name="logits_add"))
+
+    # dead channels: the residual group (stem, project, se_expand), expand+dw, branch, se_reduce, side
+    byname = {i.name: i for i in inits}
+
+    def kill(names, channels):
+        for n in names:
+            t = byname[n]
+            a = numpy_helper.to_array(t).copy()
+            a[channels] = 0
+            t.CopyFrom(numpy_helper.from_array(a, n))
+
+    dead = {}
+    for group, c, members in (
+            ("residual", 16, ["stem", "project", "se_expand"]), ("expand", 16, ["expand"]), ("branch", 8, ["branch"]),
+            ("se_reduce", 8, ["se_reduce"]), ("side", 8, ["side"])):
+        ch = np.sort(rng.choice(c, int(np.floor(zero * c)), replace=False))
+        dead[group] = ch.tolist()
+        for m in members:
+            kill([f"{m}.w", f"{m}.b"], ch)
+            if f"{m}_bn.shift" in byname:
+                kill([f"{m}_bn.shift", f"{m}_bn.mean"], ch)
+        if group == "expand":  # the depthwise conv and its BN carry the same channels
+            kill(["dw.w", "dw.b", "dw_bn.shift", "dw_bn.mean"], ch)
+    graph = helper.make_graph(nodes, "prunable_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path, dead
