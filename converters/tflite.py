@@ -101,7 +101,9 @@ class TFLiteBackend(Backend):
             return False, "ai-edge-litert is not installed (the host runs each step's output for the fidelity checks)"
         if env.get("interpreter_missing"):
             return False, f"{found[0]} {found[2]}; {env['detail']}"
-        return True, f"{found[0]} {found[2]} (XNNPACK on CPU); tool environment: {env['detail']}"
+        where = ("ready" if env["ready"] else
+                 "not created yet: `edgekit backends install tflite` or the first build creates it")
+        return True, f"{found[0]} {found[2]} (XNNPACK on CPU); converter tool environment {where}"
 
     def runtime_version(self):
         found = _runner_module()._interpreter_module()

@@ -122,6 +122,13 @@ def _read_marker(d: Path):
         return None
 
 
+def _summary(requirements):
+    if not requirements:
+        return "no packages"
+    more = f" and {len(requirements) - 1} pinned dependencies" if len(requirements) > 1 else ""
+    return requirements[0] + more
+
+
 def state(spec) -> dict:
     """What exists for ``spec``, without creating anything."""
     d = env_dir(spec)
@@ -131,7 +138,8 @@ def state(spec) -> dict:
             "requirements": list(spec.requirements), "detail": ""}
     if marker and marker.get("digest") == spec.digest() and py.exists():
         info.update(ready=True, python=str(py), python_version=marker.get("python_version"),
-                    detail=f"ready: Python {marker.get('python_version')}, {', '.join(spec.requirements) or 'no packages'} in {d}")
+                    detail=f"ready: Python {marker.get('python_version')}, "
+                           f"{_summary(spec.requirements)} in {d}")
         return info
     try:
         base = find_python(spec)
@@ -304,4 +312,42 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
         raise ConversionError(f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}") from None
 
 
-__all__ = ["ToolEnvSpec", "root", "find_python", "state", "ensure", "run_tool", "remove", "env_dir"]
+# -- backends and their environments (``edgekit backends``) ------------------------
+def backends():
+    """Every backend: usable here or not, its precisions and its tool environment's state (if it has one)."""
+    from edgekit import converters
+
+    rows = []
+    for name, be in sorted(converters.all_backends().items()):
+        try:
+            ok, detail = be.availability()
+        except Exception as e:  # report, don't crash: the listing must always answer
+            ok, detail = False, f"availability check failed: {e}"
+        spec = getattr(be, "toolenv", None)
+        rows.append({"name": name, "ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
+                     "precisions": list(be.precisions), "toolenv": state(spec) if spec else None})
+    return rows
+
+
+def _backend_spec(name):
+    from edgekit import converters
+
+    be = converters.get(name)
+    if getattr(be, "toolenv", None) is None:
+        raise BackendUnavailable(f"backend {name!r} has no tool environment: its runtime lives in this Python "
+                                 f"({be.install_hint or 'see edgekit doctor'})")
+    return be.toolenv
+
+
+def install_backend(name, log=print):
+    """Create (or verify) the tool environment of backend ``name``; returns its state."""
+    ensure(_backend_spec(name), log=log)
+    return state(_backend_spec(name))
+
+
+def remove_backend(name):
+    """Delete the tool environments of backend ``name``; returns the removed paths."""
+    return remove(_backend_spec(name))
+
+
+__all__ = ["ToolEnvSpec", "root", "find_python", "state", "ensure", "run_tool", "remove", "env_dir", "backends", "install_backend", "remove_backend"]

@@ -173,7 +173,8 @@ class TFLiteRunner(Runner):
             "runtime_version": self.version,
             "accelerators_requested": self.requested or ["xnnpack"],
             "accelerators_active": self.active + ["xnnpack"],
-            "accelerator": self.active[0] if self.active else cpu,
+            "accelerator": self.active[0] if self.active else "xnnpack",
+            "cpu_path": cpu,
             "threads": self.threads,
             "layout": dict((n, "transposed %s" % list(p)) for n, _, p in self.inputs + self.outputs if p) or None,
             "warnings": [],
@@ -183,12 +184,35 @@ class TFLiteRunner(Runner):
         return info
 
     def placement(self, feeds):
-        """Nodes in the graph and the delegate partitions that took them over (XNNPACK or a hardware delegate)."""
+        """``{delegate: nodes}``: the graph's nodes inside delegate partitions, and those left to the builtin
+        CPU kernels ("cpu"). A partition's nodes are found by walking back from its outputs to its inputs."""
         try:
             ops = self.interp._get_ops_details()
         except Exception:
             return None
-        delegated = sum(1 for o in ops if o.get("op_name") == "DELEGATE")
-        label = self.active[0] if self.active else "XNNPACK"
-        return {"%s partitions" % label: delegated, "graph nodes": len(ops) - delegated}
+        delegates = [o for o in ops if o.get("op_name") == "DELEGATE"]
+        nodes = [o for o in ops if o.get("op_name") != "DELEGATE"]
+        producer = {}
+        for o in nodes:
+            for t in o.get("outputs", []):
+                producer[int(t)] = o
+        covered = set()
+        for d in delegates:
+            stop = set(int(t) for t in d.get("inputs", []))
+            stack = [int(t) for t in d.get("outputs", [])]
+            while stack:
+                t = stack.pop()
+                n = producer.get(t)
+                if t in stop or n is None or n["index"] in covered:
+                    continue
+                covered.add(n["index"])
+                stack.extend(int(x) for x in n.get("inputs", []) if int(x) >= 0)
+        counts = {}
+        if covered:
+            counts[self.active[0] if self.active else "xnnpack"] = len(covered)
+        if len(nodes) - len(covered):
+            counts["cpu"] = len(nodes) - len(covered)
+        return counts
+
+
 RUNNER = TFLiteRunner
