@@ -12,6 +12,10 @@ def doctor():
         ok, detail = be.availability()
         backends[name] = {"ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
                           "precisions": list(be.precisions)}
+        if getattr(be, "toolenv", None) is not None:
+            from . import toolenvs
+
+            backends[name]["toolenv"] = toolenvs.state(be.toolenv)
     try:
         import onnxconverter_common  # noqa: F401
 
@@ -67,6 +71,8 @@ def doctor_text(d):
     lines.append("backends:")
     for name, b in d["backends"].items():
         lines.append(f"  {'ok ' if b['ok'] else 'NO '} {name:<10} {b['detail']}")
+        if b.get("toolenv"):
+            lines.append(f"  {'ok ' if b['toolenv']['ready'] else '-- '} {'':<10} tool environment: {b['toolenv']['detail']}")
         if "fp16" in b:
             lines.append(f"  {'ok ' if b['fp16']['ok'] else 'NO '} {'':<10} {b['fp16']['detail']}")
     lines.append("transports:")
