@@ -264,6 +264,35 @@ def cmd_explain(args):
     return 0
 
 
+def cmd_backends(args):
+    from . import toolenvs
+
+    if args.action in ("install", "remove"):
+        if not args.name:
+            raise EdgekitError(f"usage: edgekit backends {args.action} NAME")
+        if args.action == "install":
+            st = toolenvs.install_backend(args.name, log=(lambda m: None) if args.json else _err)
+            _emit(args, st, lambda d: f"{args.name}: {d['detail']}\n")
+        else:
+            removed = toolenvs.remove_backend(args.name)
+            _emit(args, {"name": args.name, "removed": removed},
+                  lambda d: "".join(f"removed {r}\n" for r in d["removed"]) or f"{args.name}: no tool environment to remove\n")
+        return 0
+    rows = toolenvs.backends()
+
+    def text(d):
+        out = []
+        for r in d["backends"]:
+            env = r["toolenv"]
+            out.append(f"{'ok ' if r['ok'] else 'NO '} {r['name']:<15} {', '.join(r['precisions']):<45} {r['detail']}\n")
+            if env:
+                out.append(f"    tool environment: {env['detail']}\n")
+        return "".join(out)
+
+    _emit(args, {"backends": rows}, text)
+    return 0
+
+
 def cmd_doctor(args):
     from .diagnostics import doctor, doctor_text
 
@@ -321,7 +350,7 @@ def parser():
     s.add_argument("model", help="ONNX model file")
     s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
-    s.add_argument("--backend", default="ort", help="runtime to build for: ort (default), openvino, mnn")
+    s.add_argument("--backend", default="ort", help="runtime to build for: ort (default), openvino, mnn, tflite (see `edgekit backends`)")
     s.add_argument("--precision", default="auto",
                    choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
                    help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
@@ -393,6 +422,13 @@ def parser():
     s.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     s.add_argument("--json", action="store_true", help="print the report as one JSON object")
     s.set_defaults(func=cmd_explain)
+
+    s = sub.add_parser("backends", help="list backends (usable here, precisions, tool environment); install or "
+                                        "remove a backend's tool environment")
+    s.add_argument("action", nargs="?", choices=["list", "install", "remove"], default="list")
+    s.add_argument("name", nargs="?")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_backends)
 
     s = sub.add_parser("doctor", help="which backends and transports work here, and why not")
     s.add_argument("--json", action="store_true")
