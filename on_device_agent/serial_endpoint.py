@@ -1,7 +1,7 @@
 """The device end of edgekit's serial transport, and the line protocol both ends speak.
 
 The host types a small bootstrap into a board's serial console that writes this file
-and runs it with the device's Python (``python3 serial_endpoint.py [FIRST_RESEND_TIMEOUT_S]``). It sets the tty
+and runs it with the device's Python (``python3 serial_endpoint.py [FIRST_RESEND_TIMEOUT_S [BYTE_TIME_S]]``). It sets the tty
 raw and from then on speaks a framed protocol on stdin/stdout until the host says BYE,
 the link dies, or three Ctrl-C bytes arrive; then it restores the console and exits.
 The file is self-contained (Python 3.7, standard library only) so it can be sent alone;
@@ -152,7 +152,10 @@ class Link:
     """
 
     def __init__(self, read, write, deliver, initial_rto=1.0, window=WINDOW, max_payload=MAX_PAYLOAD,
-                 lost_hint="", on_dead=None, interruptible=False):
+                 lost_hint="", on_dead=None, interruptible=False, byte_time=0.0):
+        # byte_time: seconds a byte takes on the wire (10 / baud; 0 where unknown or unlimited). A frame's
+        # resend timer and its round-trip sample leave out the wire time of the bytes queued up to it.
+        self.byte_time = byte_time
         self.interruptible = interruptible
         self._read, self._write = read, write
         self.deliver = deliver
@@ -164,7 +167,7 @@ class Link:
         self.wlock = threading.Lock()
         self.next_seq = 0
         self.base = 0
-        self.unacked = collections.OrderedDict()  # seq -> [frame, sent_at, resent, payload_len]
+        self.unacked = collections.OrderedDict()  # seq -> [frame, sent_at, resent, payload_len, wire_s]
         self.expected = 0
         self._nak = (None, 0.0)
         self.srtt = None
@@ -240,10 +243,10 @@ class Link:
         now = time.time()
         sample = None
         for _ in range(dist):
-            _, (frame, sent, resent, size) = self.unacked.popitem(last=False)
+            _, (frame, sent, resent, size, wire) = self.unacked.popitem(last=False)
             self.stats["bytes_acked"] += size
             if not resent:
-                sample = now - sent
+                sample = max(0.001, now - sent - wire)
         self.base = n
         self.retries = 0
         if sample is not None:
@@ -260,9 +263,12 @@ class Link:
 
     def _resend(self):
         now = time.time()
+        queued = 0
         for entry in self.unacked.values():
+            queued += len(entry[0])
             entry[1] = now
             entry[2] = True
+            entry[4] = queued * self.byte_time
             self.stats["frames_resent"] += 1
             self._send_raw(entry[0])
 
@@ -271,7 +277,7 @@ class Link:
             if not self.unacked or self.dead:
                 return
             oldest = next(iter(self.unacked.values()))
-            if time.time() - oldest[1] < self.rto:
+            if time.time() - oldest[1] < self.rto + oldest[4]:
                 return
             self.retries += 1
             if self.retries > MAX_RETRIES:
@@ -309,7 +315,8 @@ class Link:
             frame = encode_frame(F_DATA, seq, payload)
             if self._busy_since is None:
                 self._busy_since = time.time()
-            self.unacked[seq] = [frame, time.time(), False, len(payload)]
+            queued = len(frame) + sum(len(e[0]) for e in self.unacked.values())
+            self.unacked[seq] = [frame, time.time(), False, len(payload), queued * self.byte_time]
             self.stats["frames_sent"] += 1
             self._send_raw(frame)
         if self.dead:
@@ -678,11 +685,12 @@ def main():
         termios = None
     try:
         rto = min(MAX_RTO, max(MIN_RTO, float(sys.argv[1])))  # the host's first resend timeout
+        byte_time = max(0.0, float(sys.argv[2]))  # 10 / baud, or 0 (a pty)
     except (IndexError, ValueError):
-        rto = 1.0
+        rto, byte_time = 1.0, 0.0
     ep = Endpoint()
     link = Link(fd_reader(fd_in), fd_writer(fd_out), None, initial_rto=rto, on_dead=lambda reason: ep.done.set(),
-                interruptible=True)
+                interruptible=True, byte_time=byte_time)
     ep.attach(link)
     link.start()
     status = 0

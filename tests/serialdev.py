@@ -26,9 +26,12 @@ def _controlling_tty():
 
 
 class Cable:
-    def __init__(self, shell=("/bin/sh", "-i"), env=None, cwd=None, device=None, wait_output=True):
+    def __init__(self, shell=("/bin/sh", "-i"), env=None, cwd=None, device=None, wait_output=True, baud=None):
         """``device``: argv of what runs on the device end instead of a shell (e.g. a login prompt);
-        ``wait_output``: wait for its first output (a prompt) before the cable is ready."""
+        ``wait_output``: wait for its first output (a prompt) before the cable is ready; ``baud``: pass
+        bytes no faster than a line at that rate (8N1: 10 bits a byte) would, each way."""
+        self.byte_s = 10.0 / baud if baud else 0.0
+        self.next_free = {"to_device": 0.0, "to_host": 0.0}
         self.lock = threading.Lock()
         self.to_device = bytearray()
         self.to_host = bytearray()
@@ -134,9 +137,21 @@ class Cable:
                             self._unplug_locked()
                             host = None
                 if self.dev_master in w and self.to_device:
-                    self._write(self.dev_master, self.to_device)
+                    self._paced_write("to_device", self.dev_master, self.to_device)
                 if host is not None and host in w and self.to_host:
-                    self._write(host, self.to_host)
+                    self._paced_write("to_host", host, self.to_host)
+
+    def _paced_write(self, direction, fd, buf):
+        if not self.byte_s:
+            self._write(fd, buf)
+            return
+        now = time.monotonic()
+        start = max(now - 0.05, self.next_free[direction])
+        allowed = int((now - start) / self.byte_s)
+        if allowed > 0:
+            n = len(buf)
+            self._write(fd, buf, allowed)
+            self.next_free[direction] = start + (n - len(buf)) * self.byte_s
 
     @staticmethod
     def _read(fd):
@@ -151,9 +166,9 @@ class Cable:
             raise
 
     @staticmethod
-    def _write(fd, buf):
+    def _write(fd, buf, limit=4096):
         try:
-            n = os.write(fd, bytes(buf[:4096]))
+            n = os.write(fd, bytes(buf[:min(limit, 4096)]))
             del buf[:n]
         except BlockingIOError:
             pass

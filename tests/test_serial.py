@@ -190,3 +190,4 @@ def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle
                 "--device-root", device_root, "--runs", 5, "--json", check=0)
     r = one_json(p.stdout)
     assert r["installed"]["previous"] == v1 and r["bundle_id"] != v1
+    assert "resuming model.onnx at byte" in p.stderr

@@ -281,13 +281,13 @@ class SerialTransport(Transport):
                 raise self._error(step, "it arrived corrupted twice: the line is noisy, try a lower --baud")
 
         step = "starting the serial endpoint"
-        # First resend timeout, until acknowledgements measure it: a few shell round trips, plus the time a
-        # full window takes on the wire (a pty has no wire speed).
-        frame_s = 0.0 if self.pty else (proto.MAX_PAYLOAD + 16) * 10 / self.baud
-        rto = max(proto.MIN_RTO, 4 * self._rtt) + 2 * proto.WINDOW * frame_s
-        self._write_console(f"stty raw -echo 2>/dev/null; {py} {remote} {rto:.3f}; stty sane 2>/dev/null\n".encode(),
-                            step)
-        self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=rto,
+        # First resend timeout, until acknowledgements measure it: a few shell round trips (the wire time of
+        # the bytes queued ahead of a frame is added per frame; a pty has no wire speed).
+        byte_time = 0.0 if self.pty else 10.0 / self.baud
+        rto = max(proto.MIN_RTO, 4 * self._rtt)
+        self._write_console(f"stty raw -echo 2>/dev/null; {py} {remote} {rto:.3f} {byte_time:.9f}; "
+                            "stty sane 2>/dev/null\n".encode(), step)
+        self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=rto, byte_time=byte_time,
                                lost_hint=f"; check the cable and that {self.baud} baud is right",
                                on_dead=self._on_dead)
         self.mux.attach(self.link)
