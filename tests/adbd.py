@@ -25,7 +25,6 @@ import os
 import queue
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys

@@ -217,8 +217,8 @@ class ADBTransport(Transport):
         try:
             self._push(local, part, mode, size, lambda done: progress and progress(name, done, size))
         except _adb_errors() as e:
-            raise TransportError(f"{self.description}: uploading {name} to {part} failed: "
-                                 f"{e or type(e).__name__} (connection lost?). Run the command again to retry.") from None
+            raise TransportError(f"{self.description}: uploading {name} to {part} failed: {e or type(e).__name__}. "
+                                 f"{name} on the device is unchanged; run the command again to retry.") from None
         r = self.run(["mv", "-f", part, remote])
         if not r.ok:
             raise TransportError(f"{self.description}: renaming {part} to {name} failed: {(r.stderr or r.stdout).strip()}")
@@ -246,7 +246,7 @@ class ADBTransport(Transport):
                 return
             if reply[:4] == b"FAIL" and len(reply) == 8:
                 raise EOFError(c.read(struct.unpack("<I", reply[4:])[0]).decode("utf-8", "replace"))
-            raise EOFError(f"the device did not confirm the upload ({done} of {size} bytes sent)")
+            raise EOFError(f"the connection ended before the device confirmed the upload ({done} of {size} bytes sent)")
 
     def forward(self, remote_port):
         cmd = f"forward:tcp:0;tcp:{int(remote_port)}"
