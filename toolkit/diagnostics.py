@@ -37,6 +37,9 @@ def doctor():
                                 "shell on the console and Python 3.7+"}
     except ImportError:
         transports["serial"] = {"ok": False, "detail": "pyserial is not installed: pip install 'edgekit[serial]'"}
+    from .transports.adb import availability as adb_availability
+
+    transports["adb"] = adb_availability()
     problems = []
     try:
         host = profiles.detect_host()

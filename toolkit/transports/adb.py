@@ -69,6 +69,23 @@ def _reachable(host, port):
         return False
 
 
+def availability():
+    """For ``edgekit doctor``: ``{"ok": bool, "detail": str}``, starting nothing."""
+    try:
+        import adbutils
+    except ImportError:
+        return {"ok": False, "detail": "adbutils is not installed: pip install 'edgekit[adb]'"}
+    try:
+        host, port = server_address()
+    except TransportError as e:
+        return {"ok": False, "detail": str(e)}
+    adb = adb_executable()
+    running = _reachable(host, port)
+    state = "running" if running else ("not running (started on first use)" if adb else "not running, and no adb to start it")
+    return {"ok": running or adb is not None,
+            "detail": f"adbutils {adbutils.__version__}; adb server at {host}:{port} {state}; adb: {adb or 'not found'}"}
+
+
 def _client():
     """An adbutils client for the adb server, started here if it is local and not running."""
     try:
