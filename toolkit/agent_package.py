@@ -5,6 +5,8 @@ changes when the agent's code does, and a deploy skips re-uploading an unchanged
 """
 
 import hashlib
+import os
+import threading
 import io
 import zipfile
 from importlib import resources
@@ -56,7 +58,7 @@ def build(directory):
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"edgekit-agent-{digest[:12]}.pyz"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # parallel deploys build it at once
         tmp.write_bytes(data)
         tmp.chmod(0o755)
         tmp.replace(path)

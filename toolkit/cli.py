@@ -58,6 +58,8 @@ def cmd_build(args):
     from .report import build_text
 
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
+    if args.auto:
+        return _cmd_build_auto(args, log)
     try:
         report = build(args.model, args.profile, args.output, backend=args.backend, precision=args.precision,
                        calib=args.calib, val=args.val, preprocess=args.preprocess, input_shapes=args.input_shape,
@@ -69,6 +71,30 @@ def cmd_build(args):
             _emit(args, {"error": str(e), "fidelity_step": e.report}, None)
         raise
     _emit(args, report, build_text)
+    return 0
+
+
+def _cmd_build_auto(args, log):
+    from .auto import DEFAULT_PRUNE_LEVELS, auto_build, auto_text
+
+    def floats(text):
+        try:
+            return tuple(float(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise EdgekitError(f"--prune-levels {text!r}: give fractions separated by commas, e.g. 0,0.25") from None
+
+    if args.prune is not None or args.prune_recipe:
+        raise EdgekitError("--auto tries pruning levels itself: use --prune-levels 0,0.25 instead of --prune")
+    report = auto_build(
+        args.model, args.profile, args.output, device=args.target, calib=args.calib, val=args.val,
+        preprocess=args.preprocess, input_shapes=args.input_shape, name=args.name, budget=args.budget,
+        backends=[b for b in (args.backends or "").split(",") if b] or None,
+        precisions=None if args.precision == "auto" else [args.precision],
+        prune_levels=floats(args.prune_levels) if args.prune_levels else DEFAULT_PRUNE_LEVELS,
+        runs=args.auto_runs, rounds=args.auto_rounds, device_python=args.device_python, device_root=args.device_root,
+        use_cache=not args.no_cache, log=log, min_cosine=args.min_cosine, min_top1=args.min_top1,
+        max_accuracy_drop=args.max_accuracy_drop)
+    _emit(args, report, auto_text)
     return 0
 
 
@@ -364,6 +390,25 @@ def parser():
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
     s.add_argument("--max-accuracy-drop", type=float, help="fidelity threshold: accuracy points (with labels)")
     s.add_argument("--allow-degraded", action="store_true", help="write the bundle even if fidelity fails (marked)")
+    s.add_argument("--budget", help="int8 with the most sensitive layers kept float until the loss fits: accuracy "
+                                    "points (1pt, 0.5pt: needs labels), cos=0.999 or top1=0.99")
+    s.add_argument("--prune", type=float, metavar="RATIO",
+                   help="prune before converting: remove this fraction (0-1) of the prunable channels, e.g. 0.3")
+    s.add_argument("--prune-mode", choices=["structured", "unstructured"],
+                   help="structured (default): remove channels, the model gets smaller and faster; "
+                        "unstructured: zero the smallest weights (smaller compressed)")
+    s.add_argument("--prune-recipe", metavar="TOML", help="pruning recipe: mode, ratio, [layers] name = ratio, skip = [...]")
+    s.add_argument("--auto", action="store_true",
+                   help="build every backend x precision x pruning level the profile supports, measure the ones that "
+                        "keep fidelity on the device (--target) and write the winner of the latency/size/accuracy front")
+    s.add_argument("--target", default="local://", metavar="URL",
+                   help="--auto: device to measure on: local:// (default), ssh://USER@HOST[:PORT], adb://SERIAL")
+    s.add_argument("--backends", metavar="B1,B2", help="--auto: only these backends (default: all the profile runs)")
+    s.add_argument("--prune-levels", metavar="R1,R2", help="--auto: pruning levels to try (default 0,0.25)")
+    s.add_argument("--auto-runs", type=int, default=50, help="--auto: timed runs per round and candidate (default 50)")
+    s.add_argument("--auto-rounds", type=int, default=3, help="--auto: interleaved measuring rounds (default 3)")
+    s.add_argument("--device-python", help="--auto: Python on the target device")
+    s.add_argument("--device-root", help="--auto: agent directory on the target device")
     s.add_argument("--no-cache", action="store_true", help="convert again even if the inputs are unchanged")
     s.add_argument("--json", action="store_true", help="print the build report as one JSON object")
     s.add_argument("-q", "--quiet", action="store_true")
