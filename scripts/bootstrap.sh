@@ -6,10 +6,16 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
 if [[ "${1:-}" == "--test" ]]; then
-    # The tests start their own sshd on loopback, and render the field report in headless Chromium.
+    # The tests start their own sshd on loopback (and one per emulated device in network namespaces),
+    # drive the real adb client against a device-side test daemon, run the agent on an arm64 Debian
+    # userland under qemu, and render the field report in headless Chromium.
     missing=()
     [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
     command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
+    command -v adb >/dev/null || missing+=(adb)
+    command -v ip >/dev/null || missing+=(iproute2)
+    command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+    command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "installing ${missing[*]} for the test suite" >&2
         SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"
