@@ -1,0 +1,118 @@
+"""Paddle Lite through the CLI: x2paddle + opt in the paddlelite tool environment (created once, reused),
+the host .nb validated and deployed locally under the env's Python, the ARM .nb marked cross-target and refused
+by the device's own fidelity check when run on this x86 machine."""
+
+import json
+import platform
+
+import numpy as np
+import pytest
+from conftest import PPOCR, run_cli, stop_agent
+
+from edgekit import toolenvs
+from edgekit.converters import get
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+pytestmark = pytest.mark.skipif(not X86, reason="the cross-target checks below assume an x86_64 host")
+BE = get("paddlelite")
+OUT = "save_infer_model/scale_0.tmp_1"
+
+
+@pytest.fixture(scope="module")
+def env_python():
+    if toolenvs.state(BE.toolenv).get("interpreter_missing"):
+        pytest.skip("no Python 3.10 on this machine for the paddlelite tool environment")
+    return toolenvs.ensure(BE.toolenv, log=print)  # the first run creates it (~1-2 min); later runs reuse it
+
+
+@pytest.fixture(scope="module")
+def mnv2(tmp_path_factory):
+    from make_mobilenetv2 import make_mobilenetv2
+
+    path = tmp_path_factory.mktemp("models") / "mobilenetv2.onnx"
+    make_mobilenetv2(path)
+    return path
+
+
+def _build(*args, check=0):
+    p = run_cli("build", *args, "--backend", "paddlelite", "--json", check=check)
+    return json.loads(p.stdout) if check == 0 else p
+
+
+def _deploy(bundle, root, check=0):
+    return run_cli("deploy", bundle, "--local", "--device-root", root, "--runs", "20", "--json", check=check)
+
+
+@pytest.fixture(scope="module")
+def ppocr_host(env_python, tmp_path_factory, textlines):
+    out = tmp_path_factory.mktemp("bundles") / "ppocr-host"
+    return out, _build(PPOCR, "--profile", "host", "--val", textlines, "--input-shape", "x=1,3,48,192", "-o", out)
+
+
+def test_host_build_is_validated_on_real_lines(ppocr_host):
+    out, r = ppocr_host
+    assert r["backend"] == "paddlelite" and r["format"] == "nb" and r["precision"] == "fp32"
+    step = r["fidelity"]["steps"][0]
+    assert "x86 .nb on this host" in step["step"] and r["fidelity"]["passed"]
+    assert step["outputs"][OUT]["cosine_mean"] > 0.99999 and step["outputs"][OUT]["top1_agreement"] == 1.0
+    assert r["fidelity"]["data"]["samples"] == 200
+    sec = r["paddlelite"]
+    assert sec["target"] == "x86" and sec["validated"].startswith("yes") and sec["built_targets"] == ["x86"]
+    assert "conv2d" in sec["model_ops"] and "x2paddle" in sec["converter"] and "usage report disabled" in sec["converter"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runner"]["target"] == "x86" and manifest["runner"]["inputs"] == {"x": "x2paddle_x"}
+    roles = {f["role"] for f in manifest["files"]}
+    assert {"model", "tailored_ops", "tailored_kernels", "expected_outputs"} <= roles
+    assert "conv2d" in (out / "paddlelite_tailored_ops.txt").read_text().split()
+
+
+def test_host_build_deploys_locally_under_the_env_python(ppocr_host, env_python, tmp_path):
+    out, _ = ppocr_host
+    root = tmp_path / "device"
+    try:
+        b = json.loads(_deploy(out, root).stdout)
+    finally:
+        stop_agent(env_python, root)
+    assert b["backend"] == "paddlelite" and b["runtime"] == "paddlelite" and b["accelerator"] == "X86 CPU"
+    assert b["device"]["python"].startswith("3.10")  # the tool environment's interpreter, not the host's
+    assert b["device_fidelity"]["passed"] and b["latency_ms"]["p50"] > 0 and b["runs"] == 20
+
+
+def test_arm_build_is_marked_cross_target(ppocr_host, tmp_path):
+    out = tmp_path / "ppocr-pi5"
+    r = _build(PPOCR, "--profile", "raspberrypi5", "--input-shape", "x=1,3,48,192", "-o", out)
+    sec = r["paddlelite"]
+    assert sec["target"] == "arm" and sorted(sec["built_targets"]) == ["arm", "x86"]
+    assert sec["validated"].startswith("no (cross-target: arm .nb cannot run on this x86 host")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runner"]["validated"] == sec["validated"] and manifest["runner"]["target"] == "arm"
+    assert "x86 .nb on this host" in r["fidelity"]["steps"][0]["step"]
+    assert any("was not run here" in w for w in r["warnings"])
+    # the ARM .nb differs from the x86 one; what the device compares with comes from the validated x86 build
+    assert (out / "model.nb").read_bytes() != (ppocr_host[0] / "model.nb").read_bytes()
+    with np.load(out / "expected_outputs.npz") as z:
+        assert np.all(np.isfinite(z[OUT])) and abs(float(z[OUT].sum()) - 1.0) < 1e-4
+
+
+def test_arm_nb_on_this_x86_machine_is_refused_at_install(env_python, mnv2, tmp_path):
+    out = tmp_path / "mnv2-pi5"
+    _build(mnv2, "--profile", "raspberrypi5", "--input-shape", "input=1,3,224,224", "-o", out)
+    root = tmp_path / "device"
+    try:
+        p = _deploy(out, root, check=5)
+    finally:
+        stop_agent(env_python, root)
+    # the ARM kernels return garbage here: the device's comparison with the build machine's outputs refuses it
+    assert "outputs differ from the reference outputs" in p.stderr and "not installed" in p.stderr, p.stderr
+
+
+def test_fp16_and_int8_are_refused_with_the_reason(env_python, tmp_path, tiny_model):
+    for precision, why in (("fp16", "only on ARM CPUs"), ("int8", "NaN or garbage")):
+        p = _build(tiny_model, "--profile", "raspberrypi5", "--precision", precision, "-o", tmp_path / precision, check=1)
+        assert f"paddlelite {precision} refused" in p.stderr and why in p.stderr, p.stderr
+        assert not (tmp_path / precision).exists()
+
+
+def test_availability_reports_the_environment(env_python):
+    ok, detail = BE.availability()
+    assert ok and "tool environment ready" in detail and "Python 3.10" in detail
