@@ -360,3 +360,19 @@ def test_unix_server_socket_is_refused_clearly(monkeypatch):
     monkeypatch.setenv("ADB_SERVER_SOCKET", "localfilesystem:/tmp/adb.sock")
     with pytest.raises(TransportError, match="tcp:HOST:PORT"):
         server_address()
+
+
+def test_doctor_reports_adb_without_starting_a_server(monkeypatch):
+    import socket
+
+    from edgekit.transports.adb import availability
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("ADB_SERVER_SOCKET", raising=False)
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    a = availability()
+    assert f"127.0.0.1:{port} not running" in a["detail"] and a["ok"] == (ADB is not None or "adb: /" in a["detail"])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
