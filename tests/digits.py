@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-CHANNELS = (16, 16, 32)
+CHANNELS = (24, 24, 48)
+GROUP_LASSO = 0.0
 EPS = 1e-5
 
 
@@ -80,15 +81,15 @@ def _forward(p, x):
     return z, dict(x=x, a1=a1, c1=c1, h1=h1, a2=a2, c2=c2, s=s, h2=h2, a3=a3, c3=c3, h3=h3, g=g)
 
 
-def train(seed=0, epochs=6, batch=32, lr=0.01):
+def train(seed=0, epochs=6, batch=32, lr=0.01, group_lasso=GROUP_LASSO):
     """Train on the digits training split; returns (params, test accuracy %)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # small matrices: BLAS threads only contend on a shared machine
-        return _train(seed, epochs, batch, lr)
+        return _train(seed, epochs, batch, lr, group_lasso)
 
 
-def _train(seed, epochs, batch, lr):
+def _train(seed, epochs, batch, lr, group_lasso):
     xtr, ytr, xte, yte = load_digits_split(seed)
     rng = np.random.default_rng(seed)
     c1, c2, c3 = CHANNELS
@@ -124,6 +125,9 @@ def _train(seed, epochs, batch, lr):
                 m[k] = 0.9 * m[k] + 0.1 * g[k]
                 v2[k] = 0.999 * v2[k] + 0.001 * g[k] ** 2
                 p[k] = (p[k] - lr * (m[k] / (1 - 0.9 ** t)) / (np.sqrt(v2[k] / (1 - 0.999 ** t)) + 1e-8)).astype(np.float32)
+            for k in ("w1", "w2", "w3"):  # proximal group lasso: filters shrink, unneeded channels fade out
+                norm = np.sqrt((p[k] ** 2).sum((1, 2, 3), keepdims=True))
+                p[k] = (p[k] * np.maximum(0, 1 - lr * group_lasso / np.maximum(norm, 1e-12))).astype(np.float32)
     z, _ = _forward(p, xte)
     return p, float(np.mean(z.argmax(1) == yte) * 100)
 

@@ -26,10 +26,10 @@ from onnx import numpy_helper
 from .base import Option, Pass, PassConfigError, PassResult, file_sizes, param_count
 from .graph_fold import fold_constants, name_nodes, static_shapes
 from .prune_graph import Analysis, macs
+from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
 
 MODES = ("structured", "unstructured")
-RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction"}
-BIAS_CORRECTION_SAMPLES = 64
+RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction", "criterion"}
 # Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
 # them, a pruned build is gated like an int8 build.
 PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
@@ -75,7 +75,7 @@ def settings(prune=None, mode=None, recipe=None):
         raise PassConfigError("pruning needs a ratio: pass --prune 0.3 (or set ratio = 0.3 in the recipe)")
     out = {"ratio": check_ratio(ratio), "mode": mode or data.get("mode", "structured"),
            "layers": dict(data.get("layers", {})), "skip": list(data.get("skip", []))}
-    for key in ("scope", "channel_multiple", "bias_correction"):
+    for key in ("scope", "channel_multiple", "bias_correction", "criterion"):
         if key in data:
             out[key] = data[key]
     PrunePass(**out)  # validate now, before any conversion
@@ -103,8 +103,11 @@ class PrunePass(Pass):
         Option("layers", dict, None, "per-layer ratios {node or weight name: ratio}"),
         Option("skip", list, None, "layers (node or weight names) left unpruned"),
         Option("channel_multiple", int, 8, "structured: keep channel counts at the nearest multiple of this (layers "
-                                           "with fewer channels are not rounded): vectorised CPU kernels run whole "
+                                           "with fewer than 4x as many channels are not rounded): vectorised CPU kernels run whole "
                                            "blocks of 8 or 16 channels, other counts can run slower"),
+        Option("criterion", str, "auto", "structured: which channels go first. activation: smallest mean |activation| "
+                                         "x consumer weights on calibration data; l1: smallest filter norms; auto: "
+                                         "activation with calibration data, else l1", ("auto", "activation", "l1")),
         Option("bias_correction", bool, True, "structured, with calibration data: fold removed channels' mean "
                                               "contribution into the consumers' biases"),
     )
@@ -190,6 +193,15 @@ class PrunePass(Pass):
         s = self.settings
         an = Analysis(model, shapes)
         keep, rows, skipped = {}, [], []
+        stats, stats_detail = None, "not needed"
+        if s["criterion"] != "l1" or s["bias_correction"]:
+            tensors = sorted({node.input[0] for node, _ in weight_consumers(an)})
+            stats, stats_detail = activation_stats(ctx, model, tensors)
+        if s["criterion"] == "activation" and stats is None:
+            raise PassConfigError(f"the activation criterion needs calibration data: {stats_detail}")
+        data_scores = activation_importance(an, stats, centred=s["bias_correction"]) \
+            if stats is not None and s["criterion"] != "l1" else {}
+        criteria = set()
         for g in an.groups():
             names = sorted(set(g.producers))
             if g.reasons:
@@ -201,18 +213,20 @@ class PrunePass(Pass):
                 continue
             n_keep = max(1, g.size - int(math.floor(ratio * g.size + 1e-9)))
             m = s["channel_multiple"]
-            if m > 1 and g.size >= m:  # the nearest multiple: vectorised kernels (NCHWc) want whole blocks
+            if m > 1 and g.size >= 4 * m:  # the nearest multiple: vectorised kernels (NCHWc) want whole blocks
                 n_keep = min(g.size, max(m, int(round(n_keep / m)) * m))
+            criterion = "activation" if g.root in data_scores else "l1"
             if n_keep < g.size:
-                scores = _importance(an, g.producers)
+                scores = data_scores[g.root] if criterion == "activation" else l1_importance(an, g.producers)
                 keep[g.root] = np.sort(np.argsort(-scores, kind="stable")[:n_keep])
+                criteria.add(criterion)
             for n in names:
                 rows.append({"name": n, "op": an.nodes[n].op_type, "group": names[0], "ratio": ratio,
-                             "channels_before": g.size, "channels_after": n_keep})
-        correction = {"applied": False}
-        bias_add = {}
-        if keep and s["bias_correction"]:
-            bias_add, correction = _bias_correction(ctx, model, an, keep)
+                             "criterion": criterion, "channels_before": g.size, "channels_after": n_keep})
+        bias_add = bias_deltas(an, keep, stats) if keep and stats is not None and s["bias_correction"] else {}
+        correction = {"applied": bool(bias_add), "layers": sorted(bias_add), "statistics": stats_detail,
+                      "method": "removed input channels' mean activation on the calibration data (unpruned model) "
+                                "times the consumer's weights, added to its bias"}
         pruned = an.apply(keep, bias_add)
         before, after = _node_params(model), _node_params(pruned)
         for row in rows:
@@ -220,6 +234,7 @@ class PrunePass(Pass):
         prunable = sum(g.size for g in an.groups() if not g.reasons)
         removed = sum(r["channels_before"] - r["channels_after"] for r in rows if r["group"] == r["name"])
         return pruned, {"layers": rows, "skipped": skipped, "bias_correction": correction,
+                        "criterion": sorted(criteria),
                         "channels_prunable": prunable, "channels_removed": removed,
                         "channel_multiple": s["channel_multiple"]}
 
@@ -282,83 +297,21 @@ def _node_params(model):
             if n.op_type in ("Conv", "Gemm", "MatMul")}
 
 
-def _importance(an, producers):
-    """Per-channel score of a group: sum over producers of mean-normalised, BN-scaled filter L1 norms."""
-    consumers = {}
-    for n in an.model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    total = None
-    for name in producers:
-        node = an.nodes[name]
-        w = np.abs(an.inits[node.input[1]].astype(np.float64))
-        if node.op_type == "Conv":
-            score = w.reshape(w.shape[0], -1).sum(1)
-        elif node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute):
-            score = w.sum(1)
-        else:
-            score = w.sum(0)
-        after = consumers.get(node.output[0], [])
-        if len(after) == 1 and after[0].op_type == "BatchNormalization":
-            bn = after[0]
-            eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
-            gamma, var = an.inits[bn.input[1]], an.inits[bn.input[4]]
-            score = score * np.abs(gamma) / np.sqrt(var.astype(np.float64) + eps)
-        mean = score.mean()
-        score = score / mean if mean > 0 else score
-        total = score if total is None else total + score
-    return total
+def apply(prune_settings, ctx):
+    """Run the pass a build asked for on ``ctx.reference_path``: ``(pruned model path, report section)``."""
+    result = PrunePass(**prune_settings).run(ctx, ctx.reference_path)
+    return result.model_path, result.section
 
 
-def _bias_correction(ctx, model, an, keep):
-    """``{consumer node: bias delta}`` from the removed input channels' mean activations on calibration data."""
-    calib = getattr(ctx, "calib", None)
-    if calib is None or getattr(calib, "synthetic", False) or not len(calib):
-        return {}, {"applied": False, "reason": "no calibration data (pass --calib)"}
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return {}, {"applied": False, "reason": "onnxruntime is not installed"}
-    from onnx import TensorProto, helper
-
-    todo = {}
-    for kind, name, idx, lay, axis in an.edits:
-        node = an.nodes[name]
-        if kind != "slice" or idx != 1 or node.op_type not in ("Conv", "Gemm"):
-            continue
-        k = an.keep_indices(lay, keep)
-        full = sum(sz for _, sz in lay)
-        if len(k) < full:
-            todo[name] = (node, np.setdiff1d(np.arange(full), k))
-    if not todo:
-        return {}, {"applied": False, "reason": "no consumer lost input channels"}
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    graph_outputs = {o.name for o in m.graph.output}
-    tensors = sorted({node.input[0] for node, _ in todo.values()} - graph_outputs)
-    m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    samples = calib.samples[:BIAS_CORRECTION_SAMPLES]
-    sums = {}
-    for feed in samples:
-        for t, v in zip(tensors, sess.run(tensors, feed)):
-            axes = tuple(i for i in range(v.ndim) if i != 1)
-            sums[t] = sums.get(t, 0) + v.astype(np.float64).mean(axis=axes)
-    deltas = {}
-    for name, (node, removed) in todo.items():
-        if node.input[0] not in sums:
-            continue
-        mean = sums[node.input[0]][removed] / len(samples)
-        w = an.inits[node.input[1]].astype(np.float64)
-        if node.op_type == "Conv":
-            delta = w[:, removed].reshape(w.shape[0], len(removed), -1).sum(2) @ mean
-        else:
-            alpha = next((a.f for a in node.attribute if a.name == "alpha"), 1.0)
-            trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-            delta = alpha * ((w[:, removed] @ mean) if trans_b else (w[removed, :].T @ mean))
-        deltas[name] = delta.astype(np.float32)
-    return deltas, {"applied": True, "samples": len(samples), "layers": sorted(deltas),
-                    "method": "removed input channels' mean activation (unpruned model) times the consumer's "
-                              "weights, added to its bias"}
+def summary(section):
+    """One line for the text report."""
+    size = f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB"
+    if section["mode"] == "structured":
+        macs = section.get("macs_before") or 0
+        ratio = f", MACs {section['macs_after'] / macs:.0%} of the original" if macs else ""
+        return (f"structured {section['ratio']:.0%}: {section['channels_removed']} of {section['channels_prunable']} "
+                f"prunable channels removed, params {section['params_before']:,} -> {section['params_after']:,}, "
+                f"{size}{ratio}, {len(section['skipped'])} group(s) skipped")
+    comp = f"{section['size_before']['compressed_bytes'] / 1024:.1f} -> {section['size_after']['compressed_bytes'] / 1024:.1f}"
+    return (f"unstructured {section['ratio']:.0%} ({section['scope']}): weight sparsity {section['sparsity']:.1%}, "
+            f"{size}, compressed {comp} KB")
