@@ -53,9 +53,15 @@ class Cable:
         # A console's shell is up before anyone types: wait for its first output (the prompt), so a
         # Ctrl-C cannot reach it before it handles SIGINT.
         deadline = time.monotonic() + 10
-        while wait_output and time.monotonic() < deadline and not self.to_host:
-            select.select([self.dev_master], [], [], 0.1)
-            self.to_host += self._read(self.dev_master)
+        quiet_since = None
+        while wait_output and time.monotonic() < deadline:
+            select.select([self.dev_master], [], [], 0.05)
+            data = self._read(self.dev_master)
+            self.to_host += data
+            if data or not self.to_host:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > 0.3:  # said something, then nothing more: at its prompt
+                break
         self.host_master = None
         self.host_slave = None
         self.port = None

@@ -94,6 +94,18 @@ def test_commands_files_and_console_given_back(cable, tmp_path):
         assert t.link.stats["frames_resent"] == 0
 
 
+@pytest.mark.parametrize("shell", [("bash", "--norc", "--noprofile", "-i"), ("busybox", "sh", "-i")],
+                         ids=["bash", "busybox-ash"])
+def test_other_console_shells(shell, tmp_path):
+    if not shutil.which(shell[0]):
+        pytest.skip(f"{shell[0]} is not installed")
+    env = dict(device_env(tmp_path), PS1="pi@raspberrypi:~ $ ", TERM="xterm")
+    with Cable(shell=shell, env=env) as cable:
+        for _ in range(2):  # the second session finds the console given back, and the endpoint kept in TMPDIR
+            with connect("serial", cable.port) as t:
+                assert t.run(["echo", "hello"]).stdout == "hello\n"
+
+
 @pytest.mark.skipif(not PY37, reason="needs a Python 3.7 (pyenv) for the device end")
 def test_corrupted_and_dropped_frames_are_resent(tmp_path):
     """The endpoint runs on Python 3.7; the cable damages frames both ways; the data still arrives intact."""
@@ -110,6 +122,21 @@ def test_corrupted_and_dropped_frames_are_resent(tmp_path):
             assert out == "x" * 200000 + "\n"
             assert cable.damaged == {"to_device": 8, "to_host": 4}
             assert t.link.stats["frames_resent"] > 0
+
+
+def test_paced_like_a_real_115200_line(tmp_path, monkeypatch):
+    """The cable passes ~11.5 kB/s each way and the transport treats the port as a real line (wire time counted)."""
+    from edgekit.transports import serial_line
+
+    monkeypatch.setattr(serial_line, "_is_pty", lambda path: False)
+    with Cable(env=device_env(tmp_path), baud=115200) as cable:
+        src = tmp_path / "weights.bin"
+        src.write_bytes(os.urandom(30_000))
+        dst = tmp_path / "remote" / "weights.bin"
+        with connect("serial", cable.port, baud=115200) as t:
+            t.put_file(src, str(dst))
+            assert t.description.startswith(f"serial {cable.port} at 115200 baud, ") and "kB/s measured" in t.description
+        assert sha256(dst) == sha256(src)
 
 
 def test_upload_resumes_after_the_port_vanished(cable, tmp_path):
