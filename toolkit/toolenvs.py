@@ -177,14 +177,14 @@ _PROGRESS = re.compile(r"^(Collecting|Downloading|Using cached|Installing collec
 
 def _run_logged(cmd, log, tail, env=None):
     """Run ``cmd``, sending progress-like lines to ``log`` and keeping the last lines in ``tail``."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            stdin=subprocess.DEVNULL)
-    for line in proc.stdout:
-        line = line.rstrip()
-        tail.append(line)
-        if log and _PROGRESS.match(line.strip()):
-            log(f"  {line.strip()}")
-    return proc.wait()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          stdin=subprocess.DEVNULL) as proc:
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail.append(line)
+            if log and _PROGRESS.match(line.strip()):
+                log(f"  {line.strip()}")
+        return proc.wait()
 
 
 def ensure(spec, log=print) -> str:
@@ -289,9 +289,11 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             t.join(5)
+            proc.stderr.close()
             raise ConversionError(f"{spec.name}: step {step!r} did not finish within {timeout} s and was stopped; "
                                   f"last output:\n  " + "\n  ".join(list(tail)[-10:])) from None
         t.join(30)
+        proc.stderr.close()
 
     def _last():
         lines = list(tail)

@@ -1,0 +1,168 @@
+"""Tool environments: interpreter discovery, spec hashing, failed installs, concurrent creation.
+
+The environments here have no (or one local, failing) requirement, so each is a plain venv
+made in seconds; they live in a per-test EDGEKIT_TOOLENV_DIR.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgekit import toolenvs
+from edgekit.errors import BackendUnavailable, ConversionError
+
+
+def spec(**kw):
+    base = dict(name="demo", pythons=("3.12", "3.13"), requirements=(), check="import sys",
+                purpose="a test environment", env=(("EDGEKIT_DEMO", "1"),))
+    base.update(kw)
+    return toolenvs.ToolEnvSpec(**base)
+
+
+@pytest.fixture
+def envroot(tmp_path, monkeypatch):
+    root = tmp_path / "toolenvs"
+    monkeypatch.setenv("EDGEKIT_TOOLENV_DIR", str(root))
+    return root
+
+
+def real_python():
+    try:
+        return toolenvs.find_python(spec())
+    except BackendUnavailable:
+        pytest.skip("no Python 3.12/3.13 on this machine")
+
+
+def fake_python(path, version):
+    """A script that answers the probe like an interpreter of ``version``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {path}\necho {version}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_root_follows_the_variable(envroot):
+    assert toolenvs.root() == envroot
+    assert toolenvs.env_dir(spec()).parent == envroot
+
+
+def test_find_python_on_path_pyenv_and_uv(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.delenv("UV_PYTHON_INSTALL_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    (tmp_path / "bin").mkdir()
+    with pytest.raises(BackendUnavailable) as e:
+        toolenvs.find_python(spec(pythons=("3.12",)))
+    msg = str(e.value)
+    assert "pyenv install 3.12" in msg and "uv python install 3.12" in msg and "python3.12" in msg
+    uv = fake_python(home / ".local/share/uv/python/cpython-3.12.4-linux-x86_64-gnu/bin/python3.12", "3.12.4")
+    assert toolenvs.find_python(spec(pythons=("3.12",))) == str(uv)
+    pyenv = fake_python(tmp_path / "pyenv/versions/3.12.1/bin/python3.12", "3.12.1")
+    assert toolenvs.find_python(spec(pythons=("3.12",))) == str(pyenv)  # pyenv before uv
+    on_path = fake_python(tmp_path / "bin/python3.12", "3.12.7")
+    assert toolenvs.find_python(spec(pythons=("3.12",))) == str(on_path)  # PATH first
+    # a shim that fails (pyenv's for an unselected version) or reports another version is skipped
+    on_path.write_text("#!/bin/sh\nexit 127\n")
+    assert toolenvs.find_python(spec(pythons=("3.12",))) == str(pyenv)
+    # the best acceptable version wins
+    p13 = fake_python(tmp_path / "pyenv/versions/3.13.0/bin/python3.13", "3.13.0")
+    assert toolenvs.find_python(spec(pythons=("3.13", "3.12"))) == str(p13)
+
+
+def test_ensure_creates_once_and_spec_change_makes_a_new_env(envroot, tmp_path):
+    real_python()
+    s = spec()
+    st = toolenvs.state(s)
+    assert not st["ready"] and "not created yet" in st["detail"] and not envroot.joinpath(toolenvs.env_dir(s).name).exists()
+    lines = []
+    py = toolenvs.ensure(s, log=lines.append)
+    assert Path(py).exists() and toolenvs.state(s)["ready"]
+    marker = json.loads((toolenvs.env_dir(s) / toolenvs.MARKER).read_text())
+    assert marker["digest"] == s.digest() and marker["python_version"].startswith(("3.12", "3.13"))
+    assert any("creating the demo tool environment" in l for l in lines)
+    lines.clear()
+    assert toolenvs.ensure(s, log=lines.append) == py and not lines  # reused, nothing logged
+    s2 = spec(check="import json")
+    assert s2.digest() != s.digest() and toolenvs.env_dir(s2) != toolenvs.env_dir(s)
+    assert not toolenvs.state(s2)["ready"]
+    toolenvs.ensure(s2, log=None)
+    assert toolenvs.state(s2)["ready"] and toolenvs.state(s)["ready"]
+    assert spec(purpose="other words").digest() == s.digest()  # the description does not shape the env
+    removed = toolenvs.remove(s)
+    assert len(removed) == 2 and not toolenvs.state(s)["ready"] and not toolenvs.state(s2)["ready"]
+
+
+def test_failing_install_leaves_nothing(envroot, tmp_path):
+    real_python()
+    # a local project whose build fails: pip fails without touching the network
+    proj = tmp_path / "broken"
+    proj.mkdir()
+    (proj / "setup.py").write_text("raise SystemExit('this package cannot be built')\n")
+    s = spec(requirements=(str(proj),))
+    with pytest.raises(BackendUnavailable) as e:
+        toolenvs.ensure(s, log=None)
+    msg = str(e.value)
+    assert "pip said" in msg and "edgekit backends install demo" in msg
+    leftovers = [p.name for p in envroot.iterdir() if not p.name.endswith(".lock")]
+    assert leftovers == []
+    assert not toolenvs.state(s)["ready"]
+
+
+def test_failing_check_leaves_nothing(envroot):
+    real_python()
+    s = spec(check="import module_that_is_not_there")
+    with pytest.raises(BackendUnavailable, match="check failed"):
+        toolenvs.ensure(s, log=None)
+    assert [p.name for p in envroot.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_concurrent_ensure_creates_once(envroot):
+    real_python()
+    code = ("import sys; from edgekit import toolenvs; "
+            "s = toolenvs.ToolEnvSpec('race', ('3.12', '3.13'), (), 'import sys', 'race test'); "
+            "print(toolenvs.ensure(s, log=lambda m: print('LOG', m)))")
+    env = dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    pythons = {o.strip().splitlines()[-1] for o, _ in outs}
+    assert len(pythons) == 1
+    created = sum(o.count("LOG creating the race tool environment") for o, _ in outs)
+    assert created == 1
+    assert len([p for p in envroot.iterdir() if p.is_dir()]) == 1
+
+
+def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
+    real_python()
+    s = spec()
+    script = tmp_path / "tool.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "req = json.load(open(sys.argv[1]))\n"
+        "sys.stderr.write('working on %s\\n' % req['x'])\n"
+        "print('noise on stdout')\n"
+        "if req['x'] == 'fail':\n"
+        "    sys.exit('it went wrong')\n"
+        "if req['x'] == 'hang':\n"
+        "    import time; time.sleep(60)\n"
+        "if req['x'] != 'none':\n"
+        "    json.dump({'got': req['x'], 'env': os.environ.get('EDGEKIT_DEMO'), 'cwd': os.getcwd()}, open(sys.argv[2], 'w'))\n")
+    lines = []
+    work = tmp_path / "w"
+    res = toolenvs.run_tool(s, script, {"x": "ok"}, work, log=lines.append)
+    assert res == {"got": "ok", "env": "1", "cwd": str(work)}
+    assert "working on ok" in lines and "noise on stdout" not in lines
+    with pytest.raises(ConversionError, match="it went wrong"):
+        toolenvs.run_tool(s, script, {"x": "fail"}, work, log=None)
+    with pytest.raises(ConversionError, match="no readable result"):
+        toolenvs.run_tool(s, script, {"x": "none"}, work, log=None)
+    with pytest.raises(ConversionError, match="did not finish within 2 s"):
+        toolenvs.run_tool(s, script, {"x": "hang", "step": "hang"}, work, timeout=2, log=None)
