@@ -53,7 +53,8 @@ class MindSporeLiteBackend(Backend):
 
         st = toolenvs.state(self.toolenv)
         if st["ready"]:
-            return True, f"mindspore_lite 2.0.0 (tool environment ready: Python {st['python_version']}, {st['path']})"
+            return True, (f"mindspore_lite 2.0.0 (tool environment ready: Python {st['python_version']}, {st['path']}); "
+                          "builds fp32 and fp16 (int8 and int8-weights are refused: such a .ms does not load)")
         if st.get("interpreter_missing"):
             return False, st["detail"]
         return True, st["detail"]

@@ -56,7 +56,8 @@ class PaddleLiteBackend(Backend):
 
         st = toolenvs.state(self.toolenv)
         if st["ready"]:
-            return True, f"paddlelite 2.13rc0 (tool environment ready: Python {st['python_version']}, {st['path']})"
+            return True, (f"paddlelite 2.13rc0 (tool environment ready: Python {st['python_version']}, {st['path']}); "
+                          "builds fp32 (fp16 and int8 are refused: this host cannot check them)")
         if st.get("interpreter_missing"):
             return False, st["detail"]
         return True, st["detail"]

@@ -194,9 +194,10 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
 
 
 def _backend_local_python(backend):
-    from .converters import get
+    from .converters import all_backends
 
-    return get(backend).local_device_python()
+    be = all_backends().get(backend)  # a backend this edgekit lacks: the agent runs under the host Python
+    return be.local_device_python() if be is not None else None
 
 
 def _annotate(report, manifest, device, prof):

@@ -86,7 +86,6 @@ def main(req_path, res_path):
         req = json.load(f)
     import onnx
     import paddle
-    import paddlelite
     import x2paddle
     import x2paddle.convert
     import x2paddle.utils

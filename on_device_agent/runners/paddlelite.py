@@ -25,7 +25,12 @@ def _version():
             return metadata.version("paddlelite")
         except Exception:
             pass
-    return "unknown"
+    try:  # Python 3.7
+        import pkg_resources
+
+        return pkg_resources.get_distribution("paddlelite").version
+    except Exception:
+        return "unknown"
 
 
 class PaddleLiteRunner(Runner):
