@@ -1,8 +1,8 @@
 """The device end of edgekit's serial transport, and the line protocol both ends speak.
 
 The host types a small bootstrap into a board's serial console that writes this file
-and runs it with the device's Python (``python3 serial_endpoint.py [FIRST_RESEND_TIMEOUT_S [BYTE_TIME_S]]``). It sets the tty
-raw and from then on speaks a framed protocol on stdin/stdout until the host says BYE,
+and runs it with the device's Python (``python3 serial_endpoint.py [FIRST_RESEND_TIMEOUT_S [BYTE_TIME_S]]``).
+It sets the tty raw and from then on speaks a framed protocol on stdin/stdout until the host says BYE,
 the link dies, or three Ctrl-C bytes arrive; then it restores the console and exits.
 The file is self-contained (Python 3.7, standard library only) so it can be sent alone;
 the host imports the same :class:`Link` and :class:`Mux` (``edgekit_agent.serial_endpoint``).

@@ -121,7 +121,9 @@ class Cable:
             with self.lock:
                 host = self.host_master
                 rlist = [self.dev_master] + ([host] if host is not None else [])
-                wlist = ([self.dev_master] if self.to_device else []) + ([host] if host is not None and self.to_host else [])
+                wlist = [self.dev_master] if self.to_device else []
+                if host is not None and self.to_host:
+                    wlist.append(host)
             try:
                 r, w, _ = select.select(rlist, wlist, [], 0.05)
             except (OSError, ValueError):

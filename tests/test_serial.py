@@ -135,7 +135,8 @@ def test_paced_like_a_real_115200_line(tmp_path, monkeypatch):
         dst = tmp_path / "remote" / "weights.bin"
         with connect("serial", cable.port, baud=115200) as t:
             t.put_file(src, str(dst))
-            assert t.description.startswith(f"serial {cable.port} at 115200 baud, ") and "kB/s measured" in t.description
+            assert t.description.startswith(f"serial {cable.port} at 115200 baud, ")
+            assert "kB/s measured" in t.description
         assert sha256(dst) == sha256(src)
 
 
@@ -173,7 +174,8 @@ def test_silent_console_names_the_baud_rate(tmp_path):
 
 
 def test_login_prompt_is_explained(tmp_path):
-    getty = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsys.stdout.write('raspberrypi login: '); sys.stdout.flush()\n"
+    getty = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "sys.stdout.write('raspberrypi login: '); sys.stdout.flush()\n"
              "for line in sys.stdin:\n    sys.stdout.write('\\nraspberrypi login: '); sys.stdout.flush()\n")
     with Cable(device=[sys.executable, "-c", getty]) as cable:
         with pytest.raises(TransportError, match="login prompt, not a shell") as e:

@@ -3,7 +3,7 @@
 ``connect("serial", "/dev/ttyUSB0", baud=115200)`` opens the port (pyserial), gets the
 console's attention (Ctrl-C, newline, a marker echoed by the shell), finds the device's
 Python, types a bootstrap that writes ``edgekit_agent/serial_endpoint.py`` to the device
-(zlib + base64 in ``printf`` chunks, checked by sha256, kept in /tmp for the next
+(zlib + base64 in ``printf`` chunks, checked by sha256, kept in $TMPDIR or /tmp for the next
 session) and runs it with the tty raw. From then on the line carries the endpoint's
 framed protocol (CRC32, acknowledgements, resends): commands, resumable file uploads
 and TCP streams to the device's loopback, multiplexed by channel. ``close()`` says BYE;
@@ -213,7 +213,8 @@ class SerialTransport(Transport):
                 hint = (f"the console answers with garbled bytes: {self.baud} baud is probably not its rate "
                         "(--baud; common are 115200 and 1500000)")
             else:
-                hint = f"no shell answered within {waited:.0f} s (at {self.baud} baud); the console's last output: {text!r}"
+                hint = (f"no shell answered within {waited:.0f} s (at {self.baud} baud); "
+                        f"the console's last output: {text!r}")
         return self._error(step, hint)
 
     def _shell(self, command, step, timeout=None):
@@ -273,7 +274,8 @@ class SerialTransport(Transport):
                 for i in range(0, len(packed), CHUNK):
                     rc, _ = self._shell(f"printf %s '{packed[i:i + CHUNK]}' >>{remote}.b64", step)
                     if rc != 0:
-                        raise self._error(step, f"writing {remote}.b64 on the device failed (exit {rc}): is its temporary directory full?")
+                        raise self._error(step, f"writing {remote}.b64 on the device failed (exit {rc}): "
+                                          "is its temporary directory full?")
                 rc, _ = self._shell(f"{py} -c '{DECODE}' {remote}.b64 {remote} {digest}", step)
                 if rc == 0:
                     break
@@ -298,7 +300,8 @@ class SerialTransport(Transport):
             junk = bytes(self.link.decoder.junk[-400:]).decode("utf-8", "replace")
             if self.link.dead:
                 raise
-            raise self._error(step, f"it did not answer within {self.timeout + 10:.0f} s; the console said: {junk!r}") from None
+            raise self._error(step, f"it did not answer within {self.timeout + 10:.0f} s; "
+                              f"the console said: {junk!r}") from None
         if op != proto.HELLO:
             raise self._error(step, f"unexpected first message {op}")
         import json
