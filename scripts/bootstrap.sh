@@ -13,6 +13,7 @@ if [[ "${1:-}" == "--test" ]]; then
     [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
     command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
     command -v adb >/dev/null || missing+=(adb)
+    command -v busybox >/dev/null || missing+=(busybox)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
     command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)

@@ -189,6 +189,8 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
     else:
         python = device_python or agent.get("python") or "python3"
         root = device_root or agent.get("root") or "~/.cache/edgekit/device"
+    if kind == "serial":
+        options.setdefault("python", python)  # the line endpoint runs with the same interpreter as the agent
     transport = connect(kind, target, **options)
     return Device(transport, python=python, root=root)
 
