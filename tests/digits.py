@@ -1,10 +1,10 @@
 """A small CNN trained in numpy on scikit-learn's ``digits`` (8x8 images), exported with onnx.helper.
 
-    x [N,1,8,8] -> Conv(1->16)+BN+Relu -> Conv(16->16)+BN, Add residual, Relu
-      -> Conv(16->32)+BN+Relu -> GlobalAveragePool -> Flatten -> Gemm(32->10) -> Softmax
+    x [N,1,8,8] -> Conv(1->24)+BN+Relu -> Conv(24->24)+BN, Add residual, Relu
+      -> Conv(24->48)+BN+Relu -> GlobalAveragePool -> Flatten -> Gemm(48->10) -> Softmax
 
 Training: im2col convolutions with hand-written backprop, Adam, about 3 s of one core,
-~95.6 % accuracy on the held-out images. BatchNormalization carries the real statistics of
+~95 % accuracy on the held-out images. BatchNormalization carries the real statistics of
 each convolution's output on the training images (gamma = std, beta = mean, so the trained
 function is unchanged and the graph has the BN nodes an exported network has).
 """
@@ -14,7 +14,6 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 CHANNELS = (24, 24, 48)
-GROUP_LASSO = 0.0
 EPS = 1e-5
 
 
@@ -81,15 +80,15 @@ def _forward(p, x):
     return z, dict(x=x, a1=a1, c1=c1, h1=h1, a2=a2, c2=c2, s=s, h2=h2, a3=a3, c3=c3, h3=h3, g=g)
 
 
-def train(seed=0, epochs=6, batch=32, lr=0.01, group_lasso=GROUP_LASSO):
+def train(seed=0, epochs=6, batch=32, lr=0.01):
     """Train on the digits training split; returns (params, test accuracy %)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # small matrices: BLAS threads only contend on a shared machine
-        return _train(seed, epochs, batch, lr, group_lasso)
+        return _train(seed, epochs, batch, lr)
 
 
-def _train(seed, epochs, batch, lr, group_lasso):
+def _train(seed, epochs, batch, lr):
     xtr, ytr, xte, yte = load_digits_split(seed)
     rng = np.random.default_rng(seed)
     c1, c2, c3 = CHANNELS
@@ -125,9 +124,6 @@ def _train(seed, epochs, batch, lr, group_lasso):
                 m[k] = 0.9 * m[k] + 0.1 * g[k]
                 v2[k] = 0.999 * v2[k] + 0.001 * g[k] ** 2
                 p[k] = (p[k] - lr * (m[k] / (1 - 0.9 ** t)) / (np.sqrt(v2[k] / (1 - 0.999 ** t)) + 1e-8)).astype(np.float32)
-            for k in ("w1", "w2", "w3"):  # proximal group lasso: filters shrink, unneeded channels fade out
-                norm = np.sqrt((p[k] ** 2).sum((1, 2, 3), keepdims=True))
-                p[k] = (p[k] * np.maximum(0, 1 - lr * group_lasso / np.maximum(norm, 1e-12))).astype(np.float32)
     z, _ = _forward(p, xte)
     return p, float(np.mean(z.argmax(1) == yte) * 100)
 
@@ -177,7 +173,10 @@ def export(p, path, stats_x):
 
 
 def make_digits_model(directory, seed=0):
-    """Train, export and write data: returns dict(model, calib, val, accuracy) (calib: 200 training images)."""
+    """Train, export and write data: returns dict(model, calib, val, accuracy).
+
+    calib: 200 training images; val: 400 held-out images (accuracy is on all 597 held-out images).
+    """
     from pathlib import Path
 
     d = Path(directory)
@@ -186,5 +185,5 @@ def make_digits_model(directory, seed=0):
     params, acc = train(seed)
     model = export(params, d / "digits_cnn.onnx", xtr)
     np.savez(d / "digits_calib.npz", x=xtr[:200], labels=ytr[:200])
-    np.savez(d / "digits_val.npz", x=xte, labels=yte)
+    np.savez(d / "digits_val.npz", x=xte[:400], labels=yte[:400])  # a build checks fidelity on 400 samples
     return {"model": model, "calib": d / "digits_calib.npz", "val": d / "digits_val.npz", "accuracy": acc}

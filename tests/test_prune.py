@@ -1,6 +1,7 @@
 """Pruning passes: graph rewiring (exact on dead channels), a CNN trained on digits, the build integration."""
 
 import json
+import time
 import types
 
 import numpy as np
@@ -108,3 +109,179 @@ def test_zero_ratio_changes_nothing_but_the_layout(tmp_path):
     result = PrunePass(ratio=0.0).run(_ctx(tmp_path), model)
     np.testing.assert_allclose(_session(result.model_path).run(None, x)[0], _session(model).run(None, x)[0], atol=1e-6)
     assert result.section["params_after"] == result.section["params_before"]
+
+
+# -- a trained CNN (digits) -------------------------------------------------------------
+C1, C3 = 24, 48  # tests/digits.py CHANNELS: conv1 and conv2 share the residual's channels
+
+
+def _digits_calib(digits):
+    from edgekit.data import Dataset
+
+    d = np.load(digits["calib"])
+    return Dataset(samples=[{"x": d["x"][i:i + 1]} for i in range(len(d["x"]))], labels=d["labels"], source="digits")
+
+
+def _interleaved_p50(paths, feed, rounds=7, runs=40):
+    sessions = [_session(p) for p in paths]
+    for s in sessions:
+        for _ in range(5):
+            s.run(None, feed)
+    p50 = [[] for _ in paths]
+    for _ in range(rounds):
+        for i, s in enumerate(sessions):
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                s.run(None, feed)
+                times.append(time.perf_counter() - t0)
+            p50[i].append(np.median(times) * 1000)
+    return [float(np.median(p)) for p in p50]
+
+
+def test_structured_pruning_of_a_trained_cnn(tmp_path, digits, record_property):
+    from edgekit.passes import PrunePass
+
+    result = PrunePass(ratio=0.3).run(_ctx(tmp_path, calib=_digits_calib(digits)), digits["model"])
+    sec = result.section
+    c1, c3 = C1 - int(0.3 * C1), 32  # 48 * 0.7 = 33.6 -> nearest multiple of 8
+    rows = {r["name"]: r for r in sec["layers"]}
+    assert (rows["conv1"]["channels_after"], rows["conv2"]["channels_after"], rows["conv3"]["channels_after"]) == (c1, c1, c3)
+    assert rows["conv1"]["group"] == rows["conv2"]["group"]  # the residual Add unites them
+    assert [s["layers"] for s in sec["skipped"]] == [["fc"]]  # feeds the graph output
+    # exact counts: 8x8 maps, 3x3 kernels, BN with 4 vectors per channel
+    macs = lambda a, b: 64 * 9 * (a + a * a + b * a) + 10 * b  # noqa: E731
+    params = lambda a, b: (a * 9 + a) + (a * a * 9 + a) + (b * a * 9 + b) + 4 * (2 * a + b) + (10 * b + 10)  # noqa: E731
+    assert sec["macs_before"] == macs(C1, C3) and sec["macs_after"] == macs(c1, c3)
+    assert sec["params_before"] == params(C1, C3) and sec["params_after"] == params(c1, c3)
+    assert sec["size_after"]["bytes"] < 0.6 * sec["size_before"]["bytes"]
+    assert sec["bias_correction"]["applied"] and sec["criterion"] == ["activation"]
+
+    before, after = _accuracy(digits["model"], digits["val"]), _accuracy(result.model_path, digits["val"])
+    record_property("accuracy_before_after", (before, after))
+    assert before > 90
+    assert after > before - 8, (before, after)  # no fine-tuning: a few points are lost, not the model
+    val = np.load(digits["val"])
+    ref_ms, pruned_ms = _interleaved_p50([digits["model"], result.model_path], {"x": val["x"][:1]})
+    record_property("p50_ms_reference_pruned", (ref_ms, pruned_ms))  # reported, not asserted (shared machine)
+
+
+def test_bias_correction_and_data_criterion_recover_accuracy(tmp_path, digits):
+    from edgekit.passes import PrunePass
+
+    calib = _digits_calib(digits)
+    (tmp_path / "a").mkdir()
+    plain = PrunePass(ratio=0.3, criterion="l1", bias_correction=False).run(_ctx(tmp_path / "a", calib=calib),
+                                                                          digits["model"])
+    (tmp_path / "b").mkdir()
+    best = PrunePass(ratio=0.3).run(_ctx(tmp_path / "b", calib=calib), digits["model"])
+    assert _accuracy(best.model_path, digits["val"]) >= _accuracy(plain.model_path, digits["val"])
+    assert plain.section["bias_correction"]["applied"] is False
+
+
+def test_unstructured_reaches_the_target_sparsity(tmp_path, digits):
+    from edgekit.passes import PrunePass
+
+    result = PrunePass(mode="unstructured", ratio=0.5).run(_ctx(tmp_path), digits["model"])
+    w = _inits(result.model_path)
+    for name in ("conv1.weight", "conv2.weight", "conv3.weight", "fc.weight"):
+        assert np.sum(w[name] == 0) == int(0.5 * w[name].size), name
+    sec = result.section
+    assert sec["sparsity"] == pytest.approx(0.5, abs=0.01)
+    assert sec["params_after"] == sec["params_before"]
+    assert sec["size_after"]["compressed_bytes"] < 0.8 * sec["size_before"]["compressed_bytes"]
+    assert _accuracy(result.model_path, digits["val"]) > 50
+
+    (tmp_path / "g").mkdir()
+    glob = PrunePass(mode="unstructured", ratio=0.6, scope="global").run(_ctx(tmp_path / "g"), digits["model"])
+    assert glob.section["sparsity"] == pytest.approx(0.6, abs=0.002)
+    per_layer = {r["name"]: r["sparsity_after"] for r in glob.section["layers"]}
+    assert len(set(per_layer.values())) > 1  # one threshold: layers end up with different sparsities
+
+
+# -- edgekit build --prune ------------------------------------------------------------------
+LOOSE_GATE = ["--min-cosine", "0.9", "--min-top1", "0.88", "--max-accuracy-drop", "6"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["ort", "openvino"])
+def test_build_with_prune_end_to_end(tmp_path, digits, backend):
+    pytest.importorskip({"ort": "onnxruntime", "openvino": "openvino"}[backend])
+    out = tmp_path / "bundle"
+    p = run_cli("build", digits["model"], "--profile", "host", "--backend", backend, "--precision", "fp32",
+                "--prune", "0.3", "--calib", digits["calib"], "--val", digits["val"], *LOOSE_GATE, "-o", out, "--json",
+                check=0)
+    report = one_json(p.stdout)
+    pr = report["pruning"]
+    assert pr["mode"] == "structured" and pr["ratio"] == 0.3 and pr["params_after"] < pr["params_before"]
+    steps = report["fidelity"]["steps"]
+    assert steps[0]["step"] == "structured pruning (30% of channels)" and steps[0]["passed"]
+    assert len(steps) >= 2  # the backend's conversion of the pruned model, checked against the original
+    last = next(iter(steps[-1]["outputs"].values()))
+    assert last["accuracy_reference"] == pytest.approx(_accuracy(digits["model"], digits["val"]), abs=0.01)
+    assert last["accuracy"] < last["accuracy_reference"] + 5
+    assert report["model_size_bytes"] < 0.7 * report["source_size_bytes"]
+    assert report["host_latency"] is not None  # a pruned fp32 build is timed against the original here
+    text = (out / "report.txt").read_text()
+    assert "pruning: structured 30%" in text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [1, 1, 8, 8]
+
+
+def test_build_api_recipe_and_cache(tmp_path, digits):
+    import edgekit
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text('mode = "structured"\nratio = 0.3\nskip = ["conv1"]\n\n[layers]\n"conv3" = 0.5\n')
+    kwargs = dict(precision="fp32", calib=digits["calib"], val=digits["val"], min_cosine=0.9, min_top1=0.88,
+                  max_accuracy_drop=6)
+    rep = edgekit.build(digits["model"], "host", tmp_path / "a", prune_recipe=recipe, **kwargs)
+    rows = {r["name"]: r for r in rep["pruning"]["layers"]}
+    assert rows["conv3"]["channels_after"] == 24 and rows["conv3"]["ratio"] == 0.5
+    assert "conv1" not in rows
+    skipped = {tuple(s["layers"]): s["reason"] for s in rep["pruning"]["skipped"]}
+    assert skipped[("conv1", "conv2")] == "skipped by the recipe"  # skipping conv1 keeps its whole residual group
+    assert rep["cache"]["hit"] is False
+    again = edgekit.build(digits["model"], "host", tmp_path / "b", prune_recipe=recipe, **kwargs)
+    assert again["cache"]["hit"] is True
+    other = edgekit.build(digits["model"], "host", tmp_path / "c", prune=0.2, **kwargs)
+    assert other["cache"]["hit"] is False and other["cache"]["key"] != rep["cache"]["key"]
+    plain = edgekit.build(digits["model"], "host", tmp_path / "d", **kwargs)
+    assert "pruning" not in plain
+
+
+@pytest.mark.parametrize("ratio", ["1.0", "-0.1", "1.5", "nan"])
+def test_bad_ratio_is_refused(tmp_path, digits, ratio):
+    out = tmp_path / "out"
+    p = run_cli("build", digits["model"], "--profile", "host", f"--prune={ratio}", "-o", out, check=1)
+    assert "pruning ratio must be a number in [0, 1)" in p.stderr
+    assert not out.exists()
+
+
+def test_bad_recipes_are_refused(tmp_path, digits):
+    out = tmp_path / "out"
+    unknown_layer = tmp_path / "layer.toml"
+    unknown_layer.write_text('ratio = 0.3\n[layers]\n"conv9" = 0.5\n')
+    p = run_cli("build", digits["model"], "--profile", "host", "--prune-recipe", unknown_layer, "-o", out, check=1)
+    assert "'conv9' match no Conv/Gemm/MatMul" in p.stderr and "conv1, conv2, conv3, fc" in p.stderr
+    bad_key = tmp_path / "key.toml"
+    bad_key.write_text("ratio = 0.3\nratios = 0.5\n")
+    p = run_cli("build", digits["model"], "--profile", "host", "--prune-recipe", bad_key, "-o", out, check=1)
+    assert "unknown key(s) ratios" in p.stderr
+    bad_layer_ratio = tmp_path / "lr.toml"
+    bad_layer_ratio.write_text('ratio = 0.3\n[layers]\n"conv3" = 1\n')
+    p = run_cli("build", digits["model"], "--profile", "host", "--prune-recipe", bad_layer_ratio, "-o", out, check=1)
+    assert "ratio of layer 'conv3' must be a number in [0, 1)" in p.stderr
+    no_ratio = tmp_path / "none.toml"
+    no_ratio.write_text('mode = "unstructured"\n')
+    p = run_cli("build", digits["model"], "--profile", "host", "--prune-recipe", no_ratio, "-o", out, check=1)
+    assert "pruning needs a ratio" in p.stderr
+    assert not out.exists()
+
+
+def test_fidelity_gate_refuses_heavy_pruning(tmp_path, digits):
+    out = tmp_path / "out"
+    p = run_cli("build", digits["model"], "--profile", "host", "--precision", "fp32", "--prune", "0.7",
+                "--calib", digits["calib"], "--val", digits["val"], "-o", out, check=3)
+    assert "after step 'structured pruning (70% of channels)'" in p.stderr
+    assert not out.exists()

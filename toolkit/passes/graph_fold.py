@@ -38,8 +38,21 @@ def name_nodes(model):
         seen.add(name)
 
 
-def static_shapes(model):
-    """``{tensor: [dims]}`` for every tensor ONNX shape inference can size (ints only)."""
+def static_shapes(model, dynamic_as_one=False):
+    """``{tensor: [dims]}`` for every tensor ONNX shape inference can size (ints only).
+
+    ``dynamic_as_one``: size dynamic input dimensions (a batch ``N``) as 1 first; channel
+    counts do not depend on them, so a channel analysis may use these shapes.
+    """
+    if dynamic_as_one:
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(model)
+        for inp in fixed.graph.input:
+            for d in inp.type.tensor_type.shape.dim:
+                if not (d.HasField("dim_value") and d.dim_value > 0):
+                    d.Clear()
+                    d.dim_value = 1
+        model = fixed
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     shapes = {}
     for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):

@@ -128,7 +128,7 @@ class PrunePass(Pass):
         named.CopyFrom(original)
         name_nodes(named)
         model = fold_constants(named)
-        shapes = static_shapes(model)
+        shapes = static_shapes(model, dynamic_as_one=True)
         layers = _prunable_layers(model)
         self._check_names(layers)
         out = Path(ctx.workdir) / f"pruned.{s['mode']}.onnx"
@@ -154,7 +154,7 @@ class PrunePass(Pass):
             "size_before": file_sizes(src), "size_after": file_sizes(out),
         })
         if s["mode"] == "structured":
-            before, after = macs(model, shapes), macs(pruned, static_shapes(pruned))
+            before, after = macs(model, shapes), macs(pruned, static_shapes(pruned, dynamic_as_one=True))
             section["macs_before"], section["macs_after"] = sum(before.values()), sum(after.values())
             for row in section["layers"]:
                 row["macs_before"], row["macs_after"] = before.get(row["name"]), after.get(row["name"])
