@@ -30,7 +30,8 @@ CALIB_SAMPLES = 256
 
 def build(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
           input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
-          allow_degraded=False, use_cache=True, log=None):
+          allow_degraded=False, use_cache=True, log=None, budget=None, prune=None, prune_mode=None,
+          prune_recipe=None):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
@@ -43,10 +44,12 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
     """
     kwargs = dict(backend=backend, calib=calib, val=val, preprocess=preprocess, input_shapes=input_shapes, name=name,
                   min_cosine=min_cosine, min_top1=min_top1, max_accuracy_drop=max_accuracy_drop,
-                  allow_degraded=allow_degraded, use_cache=use_cache, log=log)
+                  allow_degraded=allow_degraded, use_cache=use_cache, log=log, budget=budget, prune=prune,
+                  prune_mode=prune_mode, prune_recipe=prune_recipe)
     report = _build_one(model, profile, output, precision=precision, **kwargs)
     measured = report.get("host_latency")
-    if precision in (None, "auto") and report["precision"] != "fp32" and measured and measured["speedup"] < SLOWER:
+    if (precision in (None, "auto") and budget is None and report["precision"] != "fp32" and measured
+            and measured["speedup"] < SLOWER):
         (log or (lambda m: None))(
             f"{report['precision']} measured {measured['speedup']:.2f}x the speed of fp32 on this machine: keeping fp32")
         rejected = {"precision": report["precision"], "speedup_vs_fp32": measured["speedup"],
@@ -112,7 +115,8 @@ def _placement(result, ctx, backend):
 
 def _build_one(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
                input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
-               allow_degraded=False, use_cache=True, log=None):
+               allow_degraded=False, use_cache=True, log=None, budget=None, prune=None, prune_mode=None,
+               prune_recipe=None):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
@@ -134,6 +138,17 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     if precision not in be.precisions:
         raise ProfileError(f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}")
     thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop)
+    if budget is not None:  # INT8 with layers kept float until the budget holds (edgekit.passes.mixed_precision)
+        from .passes.mixed_precision import prepare
+
+        budget = prepare(budget, be, precision, fid_ds)
+        thresholds = budget.thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop)
+    pruning = None
+    if prune is not None or prune_mode or prune_recipe:  # edgekit.passes.prune: on the reference, before conversion
+        from .passes import prune as prune_pass
+
+        pruning = prune_pass.settings(prune, prune_mode, prune_recipe)
+        thresholds = prune_pass.relax_thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop)
     bundle_name = name or Path(model).stem
 
     cache_key = cache.key({
@@ -141,7 +156,8 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
         "shapes": {s.name: s.shape for s in src.inputs}, "profile": prof.data, "backend": backend,
         "precision": precision, "calib": cache.path_digest(calib), "val": cache.path_digest(val),
         "preprocess": preprocess, "thresholds": thresholds.to_dict(), "allow_degraded": allow_degraded,
-        "name": bundle_name,
+        "name": bundle_name, **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
+        **({"prune": pruning} if pruning else {}),
     })
     output = Path(output)
     hit = cache.lookup(cache_key) if use_cache else None
@@ -181,7 +197,10 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             return record
 
         ctx = converters.BuildContext(source=src, reference_path=reference_path, profile=prof, precision=precision,
-                                      calib=calib_ds, workdir=work, check=check, log=log)
+                                      calib=calib_ds, workdir=work, check=check, log=log, budget=budget,
+                                      evaluation=fid_ds, allow_degraded=allow_degraded)
+        if pruning:  # the backend converts the pruned model; every step is still checked against the original
+            ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)
         log(f"building {backend} {precision} for {prof.name}")
         result = be.build(ctx)
         result.sections["placement"] = _placement(result, ctx, backend)
@@ -225,7 +244,8 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
 
             degraded = any(not s["passed"] for s in steps)
             host_latency = None
-            if prof.name == profiles.HOST and not (precision == "fp32" and result.format in ("onnx", "mnn")):
+            if prof.name == profiles.HOST and not (precision == "fp32" and result.format in ("onnx", "mnn")
+                                                   and not pruning):
                 host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
                 log(f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)")
@@ -268,6 +288,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                     ["fidelity was measured on the calibration data itself (in-sample): pass --val with held-out data"]
                     if calib_ds is not None and val_ds is None else []),
                 **result.sections,
+                **({"pruning": pruning} if pruning else {}),
                 "cache": {"hit": False, "key": cache_key},
                 "build_seconds": round(time.perf_counter() - t0, 3),
                 "output": str(output),

@@ -65,6 +65,8 @@ def cmd_build(args):
                        calib=args.calib, val=args.val, preprocess=args.preprocess, input_shapes=args.input_shape,
                        name=args.name, min_cosine=args.min_cosine, min_top1=args.min_top1,
                        max_accuracy_drop=args.max_accuracy_drop, allow_degraded=args.allow_degraded,
+                       budget=args.budget,
+                       prune=args.prune, prune_mode=args.prune_mode, prune_recipe=args.prune_recipe,
                        use_cache=not args.no_cache, log=log)
     except FidelityError as e:
         if args.json and e.report:
@@ -110,11 +112,12 @@ def _device_target(args):
     return "local", None, {}
 
 
-def _device(args, profile=None):
+def _device(args, profile=None, backend=None):
     from .deployer import open_device
 
     kind, target, opts = _device_target(args)
-    return open_device(kind, target, profile=profile, device_python=args.device_python, device_root=args.device_root, **opts)
+    return open_device(kind, target, profile=profile, device_python=args.device_python, device_root=args.device_root,
+                       backend=backend, **opts)
 
 
 def _progress(args):
@@ -151,9 +154,31 @@ def _run_fleet(args, action):
     return fleet.exit_code(rows)
 
 
+def _run_adb_all(args):
+    """``deploy --adb all``: every device attached to the adb server, in parallel, one row per device."""
+    import time
+
+    from . import fleet
+    from .transports.adb import ADBTransport
+
+    devices = [fleet.FleetDevice(s, f"adb://{s}", "adb", s, {}, python=args.device_python, root=args.device_root)
+               for s in ADBTransport.serials()]
+    on_row = None if args.json or args.quiet else (lambda r: _err(f"  {r['name']}: {r['status']}"
+                                                                  + (f" ({r['error']})" if r["error"] else "")))
+    t0 = time.perf_counter()
+    rows = fleet.run_fleet("deploy", args.bundle, devices, jobs=args.jobs, device_timeout=args.device_timeout,
+                           on_row=on_row, runs=args.runs, warmup=args.warmup, threads=args.threads,
+                           providers=args.provider)
+    seconds = time.perf_counter() - t0
+    _emit(args, {"devices": rows, "summary": fleet.summary(rows, seconds)}, lambda d: fleet.fleet_text(rows, seconds))
+    return fleet.exit_code(rows)
+
+
 def cmd_deploy(args):
     if getattr(args, "fleet", None):
         return _run_fleet(args, "deploy")
+    if getattr(args, "adb", None) == "all":
+        return _run_adb_all(args)
     from . import bundle as bundle_mod
     from .deployer import deploy
     from .report import bench_text
@@ -162,7 +187,7 @@ def cmd_deploy(args):
 
     manifest = bundle_mod.load(args.bundle)
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
-    with _device(args, bundle_profile(manifest)) as dev:
+    with _device(args, bundle_profile(manifest), manifest["backend"]) as dev:
         report = deploy(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
                         providers=args.provider, progress=_progress(args), log=log)
     _emit(args, report, bench_text)
@@ -179,7 +204,7 @@ def cmd_bench(args):
     from .deployer import bundle_profile
 
     manifest = bundle_mod.load(args.bundle)
-    with _device(args, bundle_profile(manifest)) as dev:
+    with _device(args, bundle_profile(manifest), manifest["backend"]) as dev:
         report = bench(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
                        providers=args.provider)
     _emit(args, report, bench_text)
@@ -333,7 +358,7 @@ def _device_options(p):
     where.add_argument("--local", action="store_true", help="this machine is the device (default)")
     where.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="a device reached over SSH")
     where.add_argument("--adb", metavar="SERIAL", nargs="?", const="",
-                       help="an Android device through the adb server (the only one attached, or SERIAL)")
+                       help="an Android device through the adb server (the only one attached, or SERIAL; deploy: all)")
     where.add_argument("--serial", metavar="PORT", help="a board on a serial line, e.g. /dev/ttyUSB0")
     p.add_argument("--baud", type=int, default=115200, help="--serial line speed (default 115200)")
     p.add_argument("--ssh-key", help="private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)")

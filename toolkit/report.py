@@ -18,6 +18,10 @@ def _kb(n):
     return f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MB"
 
 
+def _g(value):
+    return "n/a" if value is None else f"{value:.6g}"
+
+
 def build_text(r):
     from .fidelity import summary
 
@@ -70,9 +74,20 @@ def build_text(r):
     if hl:
         lines.append(f"  on this machine: {hl['built_p50_ms']:.3f} ms p50 vs fp32 reference {hl['reference_p50_ms']:.3f} ms "
                      f"({hl['speedup']:.2f}x, {hl['threads']} threads)")
+    if r.get("pruning"):
+        from .passes.prune import summary as pruning_summary
+
+        lines.append(f"  pruning: {pruning_summary(r['pruning'])}")
     choice = r.get("precision_choice")
     if choice:
         lines.append(f"  precision: auto chose {choice['chosen']}: {choice['reason']}")
+    mp = r.get("mixed_precision")
+    if mp:
+        final = mp["final"]
+        lines.append(f"  budget {mp['budget']}: {'met' if final['met'] else 'NOT met'} with "
+                     f"{len(mp['float_layer_names'])} of {mp['candidates']} layer(s) kept float "
+                     f"({', '.join(mp['float_layer_names']) or 'none'}); {mp['metric']} {_g(final['value'])} "
+                     f"(all-int8 {_g(mp['all_int8']['value'])}), {mp['evaluations']} evaluation(s)")
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     lines.append(f"  built in {r['build_seconds']:.2f} s{' (cache hit)' if r['cache']['hit'] else ''} -> {r['output']}")
