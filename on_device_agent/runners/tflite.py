@@ -93,6 +93,11 @@ class TFLiteRunner(Runner):
                 self.fallback.append((name, "no shared library is known for it (set delegate_libraries in the profile)"))
                 continue
             try:
+                import ctypes
+
+                # dlopen first: LiteRT's Delegate object, when its own load fails, raises again at
+                # garbage collection (AttributeError in __del__)
+                ctypes.CDLL(lib)
                 loaded.append((name, mod.load_delegate(lib, options.get(name) or {})))
             except (ValueError, OSError, RuntimeError) as e:
                 self.fallback.append((name, "%s failed to load (%s)" % (lib, str(e).strip().splitlines()[0] if str(e) else e)))
