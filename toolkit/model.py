@@ -80,6 +80,10 @@ def parse_input_shapes(items):
     return shapes
 
 
+PORTABLE_IR = 10            # ONNX 1.16+: every opset up to 21, the 4-bit and float8 types
+PORTABLE_IR_MAX_OPSET = 21
+
+
 @dataclass
 class SourceModel:
     path: Path
@@ -93,7 +97,19 @@ class SourceModel:
         return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
 
     def save(self, path):
-        onnx.save(self.proto, str(path))
+        """Write the model; its IR version is lowered to the lowest that its opsets allow.
+
+        The IR version only says which file-format features a model may use. Exporters stamp
+        the newest their onnx package knows, which older runtimes (those pinned in the
+        converters' tool environments) refuse although the graph is the same.
+        """
+        proto = self.proto
+        ai_onnx = self.opset.get("ai.onnx", 0)
+        if proto.ir_version > PORTABLE_IR and ai_onnx <= PORTABLE_IR_MAX_OPSET:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(self.proto)
+            proto.ir_version = PORTABLE_IR
+        onnx.save(proto, str(path))
         return Path(path)
 
 
