@@ -285,3 +285,30 @@ def test_fidelity_gate_refuses_heavy_pruning(tmp_path, digits):
                 "--calib", digits["calib"], "--val", digits["val"], "-o", out, check=3)
     assert "after step 'structured pruning (70% of channels)'" in p.stderr
     assert not out.exists()
+
+
+def test_real_model_ppocr_is_pruned_and_still_runs(tmp_path):
+    """PP-OCR: weights in Constant nodes, biases built by Reshape, hard-swish, squeeze-excite, a hard-coded Reshape."""
+    from conftest import PPOCR
+
+    from edgekit.model import load_model
+    from edgekit.passes import PrunePass
+
+    src = load_model(PPOCR, {"x": [1, 3, 48, 192]})
+    ref = src.save(tmp_path / "ref.onnx")
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)}
+    exact = PrunePass(ratio=0.0).run(_ctx(tmp_path), ref)  # constants folded, nothing removed: same function
+    np.testing.assert_allclose(_session(exact.model_path).run(None, x)[0], _session(ref).run(None, x)[0], atol=1e-5)
+
+    (tmp_path / "p").mkdir()
+    result = PrunePass(ratio=0.3).run(_ctx(tmp_path / "p"), ref)
+    sec = result.section
+    assert sec["criterion"] == ["l1"]  # no calibration data
+    assert sec["params_after"] < 0.7 * sec["params_before"] and sec["macs_after"] < 0.7 * sec["macs_before"]
+    reasons = {tuple(s["layers"]): s["reason"] for s in sec["skipped"]}
+    assert "hard-coded sizes [1, 200]" in reasons[("Conv@52",)]
+    assert "Softmax" in reasons[("MatMul@0",)]
+    se = {r["name"]: r for r in sec["layers"]}
+    assert se["Conv@4"]["group"] == se["Conv@1"]["group"]  # the excitation conv shares the gated tensor's channels
+    out = _session(result.model_path).run(None, x)[0]
+    assert out.shape == (1, 2) and np.all(np.isfinite(out))

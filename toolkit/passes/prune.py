@@ -213,7 +213,7 @@ class PrunePass(Pass):
                 continue
             n_keep = max(1, g.size - int(math.floor(ratio * g.size + 1e-9)))
             m = s["channel_multiple"]
-            if m > 1 and g.size >= 4 * m:  # the nearest multiple: vectorised kernels (NCHWc) want whole blocks
+            if m > 1 and g.size >= 4 * m and n_keep < g.size:  # nearest multiple: NCHWc kernels run whole blocks
                 n_keep = min(g.size, max(m, int(round(n_keep / m)) * m))
             criterion = "activation" if g.root in data_scores else "l1"
             if n_keep < g.size:
