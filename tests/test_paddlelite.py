@@ -116,3 +116,12 @@ def test_fp16_and_int8_are_refused_with_the_reason(env_python, tmp_path, tiny_mo
 def test_availability_reports_the_environment(env_python):
     ok, detail = BE.availability()
     assert ok and "tool environment ready" in detail and "Python 3.10" in detail
+
+
+def test_selective_build_lists_come_out_under_paddle_lite_names(ppocr_host, tmp_path):
+    bundle, _ = ppocr_host
+    out = tmp_path / "minimal"
+    run_cli("explain", bundle, "--selective-build", out, check=0)
+    ops = (out / "paddlelite" / ".tailored_ops_list").read_text()
+    assert "conv2d" in ops
+    assert (out / "paddlelite" / ".tailored_kernels_list").is_file()
