@@ -25,11 +25,13 @@ from onnx import numpy_helper
 
 from .base import Option, Pass, PassConfigError, PassResult, file_sizes, param_count
 from .graph_fold import fold_constants, name_nodes, static_shapes
+from .prune_alloc import allocate, choose, keep_count, sensitivities
 from .prune_graph import Analysis, macs
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
 
 MODES = ("structured", "unstructured")
-RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction", "criterion"}
+RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction", "criterion",
+               "allocation"}
 # Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
 # them, a pruned build is gated like an int8 build.
 PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
@@ -75,7 +77,7 @@ def settings(prune=None, mode=None, recipe=None):
         raise PassConfigError("pruning needs a ratio: pass --prune 0.3 (or set ratio = 0.3 in the recipe)")
     out = {"ratio": check_ratio(ratio), "mode": mode or data.get("mode", "structured"),
            "layers": dict(data.get("layers", {})), "skip": list(data.get("skip", []))}
-    for key in ("scope", "channel_multiple", "bias_correction", "criterion"):
+    for key in ("scope", "channel_multiple", "bias_correction", "criterion", "allocation"):
         if key in data:
             out[key] = data[key]
     PrunePass(**out)  # validate now, before any conversion
@@ -108,6 +110,10 @@ class PrunePass(Pass):
         Option("criterion", str, "auto", "structured: which channels go first. activation: smallest mean |activation| "
                                          "x consumer weights on calibration data; l1: smallest filter norms; auto: "
                                          "activation with calibration data, else l1", ("auto", "activation", "l1")),
+        Option("allocation", str, "auto", "structured: uniform (every group loses the ratio) or sensitivity (the "
+                                          "same number of channels, taken more from groups whose removal changes "
+                                          "the outputs less, measured on calibration data); auto: sensitivity with "
+                                          "calibration data", ("auto", "uniform", "sensitivity")),
         Option("bias_correction", bool, True, "structured, with calibration data: fold removed channels' mean "
                                               "contribution into the consumers' biases"),
     )
@@ -188,20 +194,31 @@ class PrunePass(Pass):
             ratios += [per_layer[a] for a in aliases if a in per_layer]
         return min(ratios) if ratios else s["ratio"]
 
+    def _explicit(self, names, layers):
+        """Whether the recipe sets a ratio for one of these layers (then allocation leaves the group alone)."""
+        per_layer = set(self.settings["layers"] or ())
+        return any(layers.get(n, {n}) & per_layer for n in names)
+
     # -- structured -------------------------------------------------------------------
     def _structured(self, ctx, model, shapes, layers):
         s = self.settings
         an = Analysis(model, shapes)
         keep, rows, skipped = {}, [], []
         stats, stats_detail = None, "not needed"
-        if s["criterion"] != "l1" or s["bias_correction"]:
+        if s["criterion"] != "l1" or s["bias_correction"] or s["allocation"] != "uniform":
             tensors = sorted({node.input[0] for node, _ in weight_consumers(an)})
             stats, stats_detail = activation_stats(ctx, model, tensors)
         if s["criterion"] == "activation" and stats is None:
             raise PassConfigError(f"the activation criterion needs calibration data: {stats_detail}")
         data_scores = activation_importance(an, stats, centred=s["bias_correction"]) \
             if stats is not None and s["criterion"] != "l1" else {}
-        criteria = set()
+        def scores_for(g):
+            return data_scores[g.root] if g.root in data_scores else l1_importance(an, g.producers)
+
+        def deltas_for(k):
+            return bias_deltas(an, k, stats) if k and stats is not None and s["bias_correction"] else {}
+
+        plan = []  # (group, names, ratio, set by the recipe)
         for g in an.groups():
             names = sorted(set(g.producers))
             if g.reasons:
@@ -211,19 +228,33 @@ class PrunePass(Pass):
             if ratio is None:
                 skipped.append({"layers": names, "channels": g.size, "reason": "skipped by the recipe"})
                 continue
-            n_keep = max(1, g.size - int(math.floor(ratio * g.size + 1e-9)))
-            m = s["channel_multiple"]
-            if m > 1 and g.size >= 4 * m and n_keep < g.size:  # nearest multiple: NCHWc kernels run whole blocks
-                n_keep = min(g.size, max(m, int(round(n_keep / m)) * m))
+            plan.append((g, names, ratio, self._explicit(names, layers)))
+
+        ratios, damage = {g.root: r for g, _, r, _ in plan}, {}
+        allocation = "uniform"
+        if s["allocation"] != "uniform" and stats is not None:
+            trials = {g.root: choose(scores_for(g), keep_count(g.size, r, 1)) for g, _, r, fixed in plan
+                      if not fixed and keep_count(g.size, r, 1) < g.size}
+            if len(trials) > 1:
+                damage = sensitivities(ctx, an, trials, deltas_for)
+                free = [(g.root, g.size, damage[g.root]) for g, _, _, _ in plan if g.root in trials]
+                ratios.update(allocate(free, s["ratio"]))
+                allocation = "sensitivity"
+        elif s["allocation"] == "sensitivity":
+            raise PassConfigError(f"sensitivity allocation needs calibration data: {stats_detail}")
+
+        criteria = set()
+        for g, names, _, _ in plan:
+            n_keep = keep_count(g.size, ratios[g.root], s["channel_multiple"])
             criterion = "activation" if g.root in data_scores else "l1"
             if n_keep < g.size:
-                scores = data_scores[g.root] if criterion == "activation" else l1_importance(an, g.producers)
-                keep[g.root] = np.sort(np.argsort(-scores, kind="stable")[:n_keep])
+                keep[g.root] = choose(scores_for(g), n_keep)
                 criteria.add(criterion)
             for n in names:
-                rows.append({"name": n, "op": an.nodes[n].op_type, "group": names[0], "ratio": ratio,
+                rows.append({"name": n, "op": an.nodes[n].op_type, "group": names[0],
+                             "ratio": round(float(ratios[g.root]), 4), "sensitivity": damage.get(g.root),
                              "criterion": criterion, "channels_before": g.size, "channels_after": n_keep})
-        bias_add = bias_deltas(an, keep, stats) if keep and stats is not None and s["bias_correction"] else {}
+        bias_add = deltas_for(keep)
         correction = {"applied": bool(bias_add), "layers": sorted(bias_add), "statistics": stats_detail,
                       "method": "removed input channels' mean activation on the calibration data (unpruned model) "
                                 "times the consumer's weights, added to its bias"}
@@ -234,7 +265,7 @@ class PrunePass(Pass):
         prunable = sum(g.size for g in an.groups() if not g.reasons)
         removed = sum(r["channels_before"] - r["channels_after"] for r in rows if r["group"] == r["name"])
         return pruned, {"layers": rows, "skipped": skipped, "bias_correction": correction,
-                        "criterion": sorted(criteria),
+                        "criterion": sorted(criteria), "allocation": allocation,
                         "channels_prunable": prunable, "channels_removed": removed,
                         "channel_multiple": s["channel_multiple"]}
 
