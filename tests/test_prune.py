@@ -346,3 +346,20 @@ def test_sensitivity_allocation_spares_fragile_groups(tmp_path, textlines):
         runs["uniform"].model_path)
     assert sensitive > uniform + 10, (reference, sensitive, uniform)
     assert sensitive > reference - 10, (reference, sensitive, uniform)
+
+
+def test_weights_listed_as_graph_inputs_are_pruned_too(tmp_path):
+    """Older exporters list every initializer among the graph inputs: they are weights all the same."""
+    from models import prunable_cnn
+
+    from edgekit.passes import PrunePass
+
+    path, _ = prunable_cnn(tmp_path / "cnn.onnx", zero=0.25)
+    m = onnx.load(str(path))
+    m.graph.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in m.graph.initializer)
+    onnx.save(m, str(tmp_path / "old.onnx"))
+    result = PrunePass(ratio=0.25, channel_multiple=1, bias_correction=False).run(_ctx(tmp_path), tmp_path / "old.onnx")
+    assert [i.name for i in onnx.load(str(result.model_path)).graph.input] == ["x"]
+    x = {"x": np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    np.testing.assert_allclose(_session(result.model_path).run(None, x)[0], _session(path).run(None, x)[0], atol=1e-5)
+    assert result.section["params_after"] < result.section["params_before"]

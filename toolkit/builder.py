@@ -252,7 +252,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             warnings = list(result.warnings)
             if host_latency and host_latency["speedup"] < SLOWER:
                 warnings.append(f"{precision} ran {host_latency['speedup']:.2f}x the speed of the fp32 reference on this "
-                                "machine (slower); --precision fp32 is faster here")
+                                "machine (slower); --precision fp32 is faster here" if not pruning else
+                                f"the pruned {precision} build ran {host_latency['speedup']:.2f}x the speed of the "
+                                "unpruned fp32 model on this machine (slower)")
             report = {
                 "schema": "edgekit.build-report",
                 "schema_version": SCHEMA_VERSION,

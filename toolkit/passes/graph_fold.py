@@ -83,6 +83,10 @@ def fold_constants(model):
     m.CopyFrom(model)
     g = m.graph
     graph_outputs = {o.name for o in g.output}
+    weights = {i.name for i in g.initializer}
+    inputs = [i for i in g.input if i.name not in weights]  # older exporters list weights as inputs too
+    del g.input[:]
+    g.input.extend(inputs)
     overridable = {i.name for i in g.input}
     consts = {i.name: numpy_helper.to_array(i) for i in g.initializer if i.name not in overridable}
     new_inits = {}
