@@ -363,3 +363,16 @@ def test_weights_listed_as_graph_inputs_are_pruned_too(tmp_path):
     x = {"x": np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)}
     np.testing.assert_allclose(_session(result.model_path).run(None, x)[0], _session(path).run(None, x)[0], atol=1e-5)
     assert result.section["params_after"] < result.section["params_before"]
+
+
+def test_build_unstructured_through_the_cli(tmp_path, digits):
+    out = tmp_path / "bundle"
+    p = run_cli("build", digits["model"], "--profile", "host", "--precision", "fp32", "--prune", "0.3",
+                "--prune-mode", "unstructured", "--calib", digits["calib"], "--val", digits["val"], *LOOSE_GATE,
+                "-o", out, "--json", check=0)
+    pr = one_json(p.stdout)["pruning"]
+    assert pr["mode"] == "unstructured" and pr["sparsity"] == pytest.approx(0.3, abs=0.01)
+    assert pr["size_after"]["compressed_bytes"] < pr["size_before"]["compressed_bytes"]
+    w = _inits(out / "model.onnx")
+    assert np.mean(w["conv3.weight"] == 0) == pytest.approx(0.3, abs=0.01)
+    assert "pruning: unstructured 30% (layer): weight sparsity" in (out / "report.txt").read_text()
