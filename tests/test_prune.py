@@ -376,3 +376,48 @@ def test_build_unstructured_through_the_cli(tmp_path, digits):
     w = _inits(out / "model.onnx")
     assert np.mean(w["conv3.weight"] == 0) == pytest.approx(0.3, abs=0.01)
     assert "pruning: unstructured 30% (layer): weight sparsity" in (out / "report.txt").read_text()
+
+
+def test_concat_with_fixed_channels_and_matmul_chains(tmp_path):
+    """Concat with channels that cannot be removed (offsets around them) and MatMul + Add-bias chains."""
+    from onnx import TensorProto, helper
+
+    from edgekit.passes import PrunePass
+
+    rng = np.random.default_rng(5)
+    arrays = {"wa": rng.standard_normal((8, 3, 3, 3)), "wd": rng.standard_normal((3, 1, 3, 3)),
+              "wp": rng.standard_normal((6, 11, 1, 1)), "w1": rng.standard_normal((6, 10)),
+              "b1": rng.standard_normal(10), "w2": rng.standard_normal((10, 4))}
+    arrays["wa"][[1, 6]] = 0          # group A (8): 2 dead channels
+    arrays["wp"][[3]] = 0             # group P (6): 1 dead channel
+    arrays["w1"][:, [0, 7]] = 0       # MatMul group (10): 2 dead features, bias too
+    arrays["b1"][[0, 7]] = 0
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "wd"], ["u"], name="dw_input", pads=[1, 1, 1, 1], group=3),
+        helper.make_node("Concat", ["a", "u"], ["c"], name="cat", axis=1),
+        helper.make_node("Conv", ["c", "wp"], ["p"], name="conv_p"),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "w1"], ["h"], name="mm1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+        helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(nodes, "chains", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "chains.onnx"))
+
+    result = PrunePass(ratio=0.25, channel_multiple=1, bias_correction=False).run(_ctx(tmp_path), tmp_path / "chains.onnx")
+    w = _inits(result.model_path)
+    assert w["wa"].shape == (6, 3, 3, 3) and w["wd"].shape == (3, 1, 3, 3)
+    assert w["wp"].shape == (5, 9, 1, 1)  # 6 kept of conv_a, then the 3 fixed depthwise channels
+    np.testing.assert_array_equal(w["wp"][:, 6:], arrays["wp"][[0, 1, 2, 4, 5]][:, 8:].astype(np.float32))
+    assert w["w1"].shape == (5, 8) and w["b1"].shape == (8,) and w["w2"].shape == (8, 4)
+    x = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(_session(result.model_path).run(None, x)[0],
+                               _session(tmp_path / "chains.onnx").run(None, x)[0], rtol=1e-5, atol=1e-4)
+    assert [s["layers"] for s in result.section["skipped"]] == [["mm2"]]
