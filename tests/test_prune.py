@@ -421,3 +421,22 @@ def test_concat_with_fixed_channels_and_matmul_chains(tmp_path):
     np.testing.assert_allclose(_session(result.model_path).run(None, x)[0],
                                _session(tmp_path / "chains.onnx").run(None, x)[0], rtol=1e-5, atol=1e-4)
     assert [s["layers"] for s in result.section["skipped"]] == [["mm2"]]
+
+
+@pytest.mark.slow
+def test_mobilenetv2_gets_faster(tmp_path, record_property):
+    """Half the channels of MobileNetV2 (random weights): MACs and latency both drop (loose ratio, many runs)."""
+    from make_mobilenetv2 import make_mobilenetv2, random_inputs
+
+    from edgekit.model import load_model
+    from edgekit.passes import PrunePass
+
+    make_mobilenetv2(tmp_path / "mnv2.onnx")
+    ref = load_model(tmp_path / "mnv2.onnx").save(tmp_path / "ref.onnx")
+    result = PrunePass(ratio=0.5).run(_ctx(tmp_path), ref)
+    sec = result.section
+    assert sec["macs_after"] < 0.35 * sec["macs_before"] and sec["params_after"] < 0.4 * sec["params_before"]
+    assert [s["layers"] for s in sec["skipped"]] == [["classifier"]]
+    ref_ms, pruned_ms = _interleaved_p50([ref, result.model_path], {"input": random_inputs(1, 7)}, rounds=7, runs=15)
+    record_property("p50_ms_reference_pruned", (ref_ms, pruned_ms))
+    assert pruned_ms < 0.8 * ref_ms, (ref_ms, pruned_ms)  # ~2.5x expected; a loose bound for a shared machine
