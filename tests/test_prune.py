@@ -139,7 +139,7 @@ def _interleaved_p50(paths, feed, rounds=7, runs=40):
     return [float(np.median(p)) for p in p50]
 
 
-def test_structured_pruning_of_a_trained_cnn(tmp_path, digits, record_property):
+def test_structured_pruning_of_a_trained_cnn(tmp_path, digits):
     from edgekit.passes import PrunePass
 
     result = PrunePass(ratio=0.3, allocation="uniform").run(_ctx(tmp_path, calib=_digits_calib(digits)), digits["model"])
@@ -158,12 +158,12 @@ def test_structured_pruning_of_a_trained_cnn(tmp_path, digits, record_property):
     assert sec["bias_correction"]["applied"] and sec["criterion"] == ["activation"]
 
     before, after = _accuracy(digits["model"], digits["val"]), _accuracy(result.model_path, digits["val"])
-    record_property("accuracy_before_after", (before, after))
+    print(f"digits accuracy {before:.2f}% -> {after:.2f}% at 30 % of channels")  # shown with pytest -rP
     assert before > 90
     assert after > before - 8, (before, after)  # no fine-tuning: a few points are lost, not the model
     val = np.load(digits["val"])
     ref_ms, pruned_ms = _interleaved_p50([digits["model"], result.model_path], {"x": val["x"][:1]})
-    record_property("p50_ms_reference_pruned", (ref_ms, pruned_ms))  # reported, not asserted (shared machine)
+    print(f"digits p50 {ref_ms:.4f} ms -> {pruned_ms:.4f} ms (reported, not asserted: shared machine)")
 
 
 def test_bias_correction_and_data_criterion_recover_accuracy(tmp_path, digits):
@@ -424,7 +424,7 @@ def test_concat_with_fixed_channels_and_matmul_chains(tmp_path):
 
 
 @pytest.mark.slow
-def test_mobilenetv2_gets_faster(tmp_path, record_property):
+def test_mobilenetv2_gets_faster(tmp_path):
     """Half the channels of MobileNetV2 (random weights): MACs and latency both drop (loose ratio, many runs)."""
     from make_mobilenetv2 import make_mobilenetv2, random_inputs
 
@@ -438,5 +438,5 @@ def test_mobilenetv2_gets_faster(tmp_path, record_property):
     assert sec["macs_after"] < 0.35 * sec["macs_before"] and sec["params_after"] < 0.4 * sec["params_before"]
     assert [s["layers"] for s in sec["skipped"]] == [["classifier"]]
     ref_ms, pruned_ms = _interleaved_p50([ref, result.model_path], {"input": random_inputs(1, 7)}, rounds=7, runs=15)
-    record_property("p50_ms_reference_pruned", (ref_ms, pruned_ms))
+    print(f"MobileNetV2 p50 {ref_ms:.3f} ms -> {pruned_ms:.3f} ms at 50 % of channels")
     assert pruned_ms < 0.8 * ref_ms, (ref_ms, pruned_ms)  # ~2.5x expected; a loose bound for a shared machine
