@@ -330,7 +330,15 @@ def _node_params(model):
 
 def apply(prune_settings, ctx):
     """Run the pass a build asked for on ``ctx.reference_path``: ``(pruned model path, report section)``."""
-    result = PrunePass(**prune_settings).run(ctx, ctx.reference_path)
+    from ..errors import ConversionError, EdgekitError
+
+    try:
+        result = PrunePass(**prune_settings).run(ctx, ctx.reference_path)
+    except EdgekitError:
+        raise
+    except Exception as e:  # a graph this pass does not handle: say so instead of a traceback
+        raise ConversionError(f"pruning failed on this model ({type(e).__name__}: {e}); build without --prune, or "
+                              "skip the layers involved with --prune-recipe (skip = [...])") from e
     return result.model_path, result.section
 
 
