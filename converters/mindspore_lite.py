@@ -17,7 +17,8 @@ The converter and runtime live in a tool environment (:mod:`edgekit.toolenvs`): 
 
 from pathlib import Path
 
-from .base import Backend, BuildResult
+from .base import BuildResult
+from .toolworker import ToolEnvBackend
 from edgekit.toolenvs import ToolEnvSpec
 
 TOOLS = Path(__file__).resolve().parent / "tools"
@@ -30,7 +31,7 @@ REFUSED = {
 }
 
 
-class MindSporeLiteBackend(Backend):
+class MindSporeLiteBackend(ToolEnvBackend):
     name = "mindspore-lite"
     runtime = "mindspore_lite"
     install_hint = "edgekit creates its tool environment on first use: `edgekit backends install mindspore-lite`."
@@ -44,20 +45,9 @@ class MindSporeLiteBackend(Backend):
         env=(("GLOG_v", "3"), ("PIP_NO_INDEX", "1")),
     )
 
-    def __init__(self):
-        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
-        self._fp32_of = {}     # reference path -> this runtime's fp32 build of it (host timing)
-
-    def availability(self):
-        from edgekit import toolenvs
-
-        st = toolenvs.state(self.toolenv)
-        if st["ready"]:
-            return True, (f"mindspore_lite 2.0.0 (tool environment ready: Python {st['python_version']}, {st['path']}); "
-                          "builds fp32 and fp16 (int8 and int8-weights are refused: such a .ms does not load)")
-        if st.get("interpreter_missing"):
-            return False, st["detail"]
-        return True, st["detail"]
+    ready_detail = ("mindspore_lite 2.0.0 (tool environment ready: Python {python}, {path}); builds fp32 and fp16 "
+                    "(int8 and int8-weights are refused: such a .ms does not load)")
+    noise = ("[WARNING",)
 
     def runtime_version(self):
         return "2.0.0"
@@ -68,71 +58,36 @@ class MindSporeLiteBackend(Backend):
                 return p
         return "fp32"
 
-    def local_device_python(self):
-        """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
-        from edgekit import toolenvs
-
-        return toolenvs.ensure(self.toolenv, log=None)
-
-    # -- host-side inference ---------------------------------------------------------
-    def _worker(self, model_path, threads):
-        from .toolworker import RunnerWorker, model_manifest
-
-        return RunnerWorker(self.toolenv, self.name, model_path, model_manifest(model_path, self._registered), threads)
-
-    def predict(self, model_path, samples, threads=None):
-        if str(model_path).endswith(".onnx"):
-            from .toolworker import onnx_predict
-
-            return onnx_predict(model_path, samples, threads)[2]
-        worker = self._worker(model_path, threads)
-        try:
-            return [worker.run(feed) for feed in samples]
-        finally:
-            worker.close()
-
-    def runner(self, model_path, threads=None):
-        """For timing on the host. The ONNX reference is timed as this runtime's own fp32 build of it (made by
-        this build), so a comparison is runtime against runtime; without one, onnxruntime runs it."""
-        if str(model_path).endswith(".onnx"):
-            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
-            if fp32 is not None:
-                return self._worker(fp32, threads).run
-            from .toolworker import onnx_predict
-
-            state = {}
-
-            def run_onnx(feed):
-                if "sess" not in state:
-                    state["sess"], state["names"], _ = onnx_predict(model_path, [], threads)
-                return state["sess"].run(state["names"], feed)
-
-            return run_onnx
-        return self._worker(model_path, threads).run
-
     # -- conversion -------------------------------------------------------------------
-    def _convert(self, ctx, fp16, log):
+    def _convert(self, onnx_path, work, fp16, inputs, outputs, settings, log):
         from edgekit import toolenvs
 
         tag = "fp16" if fp16 else "fp32"
-        work = ctx.workdir / f"mindspore-{tag}"
         res = toolenvs.run_tool(self.toolenv, TOOLS / "mindspore_convert.py",
-                                {"step": f"ONNX -> .ms ({tag})", "onnx": str(ctx.reference_path),
+                                {"step": f"ONNX -> .ms ({tag})", "onnx": str(onnx_path),
                                  "output": str(work / f"model.{tag}"), "fp16": fp16}, work, log=log)
         layout = {}
-        for spec, got in zip(ctx.source.inputs, res["inputs"]):
+        converted = {i["name"]: i for i in res["inputs"]}
+        for k, spec in enumerate(inputs):  # by name; by position only where the converter renamed the input
+            got = converted.get(spec.name) or (res["inputs"][k] if k < len(res["inputs"]) else None)
             want = list(spec.shape)
-            if len(want) == 4 and got["shape"] != want and got["shape"] == [want[0], want[2], want[3], want[1]]:
+            if got and len(want) == 4 and got["shape"] != want and got["shape"] == [want[0], want[2], want[3], want[1]]:
                 layout[spec.name] = "NHWC"
-        settings = ctx.profile.backend("mindspore-lite")
         options = {"device": settings.get("device", "cpu"), "input_layout": layout}
         if settings.get("precision_mode"):
             options["precision_mode"] = settings["precision_mode"]
         path = Path(res["model"])
-        self._registered[str(path.resolve())] = {"inputs": [s.to_dict() for s in ctx.source.inputs],
-                                                 "outputs": [s.to_dict() for s in ctx.source.outputs],
-                                                 "runner": options}
+        self.register(path, [s.to_dict() for s in inputs], [s.to_dict() for s in outputs], options)
         return path, res, options
+
+    def convert_fp32(self, onnx_path, workdir):
+        from edgekit.model import load_model
+
+        src = load_model(onnx_path)
+        work = Path(workdir) / "mindspore-fp32"
+        path = self._convert(onnx_path, work, False, src.inputs, src.outputs, {}, log=None)[0]
+        self.register_fp32(onnx_path, path)
+        return path
 
     def build(self, ctx):
         import onnx
@@ -142,13 +97,19 @@ class MindSporeLiteBackend(Backend):
 
         if ctx.precision in REFUSED:
             raise ConversionError(f"mindspore-lite {ctx.precision} refused: {REFUSED[ctx.precision]}")
-        log = _quiet(ctx.log)
-        fp32, res, options = self._convert(ctx, False, log)
+        log = self.quiet(ctx.log)
+        settings = ctx.profile.backend("mindspore-lite")
+
+        def convert(fp16):
+            return self._convert(ctx.reference_path, ctx.workdir / f"mindspore-{'fp16' if fp16 else 'fp32'}", fp16,
+                                 ctx.source.inputs, ctx.source.outputs, settings, log)
+
+        fp32, res, options = convert(False)
         ctx.check("fp32 (ONNX -> MindSpore Lite .ms)", fp32)
-        self._fp32_of[str(Path(ctx.reference_path).resolve())] = fp32
+        self.register_fp32(ctx.reference_path, fp32)
         model_file, flags = fp32, {"weight_fp16": False}
         if ctx.precision == "fp16":
-            model_file, res, options = self._convert(ctx, True, log)
+            model_file, res, options = convert(True)
             flags = {"weight_fp16": True}
             ctx.check("fp16 weights (Converter.weight_fp16)", model_file)
         warnings = []
@@ -179,13 +140,6 @@ class MindSporeLiteBackend(Backend):
             warnings=warnings,
             runner_options=options,
         )
-
-
-def _quiet(log):
-    def out(line):
-        if line.strip() and not line.startswith("[WARNING"):
-            log(f"    {line}")
-    return out
 
 
 BACKEND = MindSporeLiteBackend()

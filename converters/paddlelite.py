@@ -19,7 +19,8 @@ reads, where 3.x's is not). Choices, and why (measured with paddlelite 2.13rc0 o
 import platform
 from pathlib import Path
 
-from .base import Backend, BuildResult
+from .base import BuildResult
+from .toolworker import ToolEnvBackend
 from edgekit.toolenvs import ToolEnvSpec
 
 TOOLS = Path(__file__).resolve().parent / "tools"
@@ -32,7 +33,7 @@ REFUSED = {
 }
 
 
-class PaddleLiteBackend(Backend):
+class PaddleLiteBackend(ToolEnvBackend):
     name = "paddlelite"
     runtime = "paddlelite"
     install_hint = "edgekit creates its tool environment on first use: `edgekit backends install paddlelite`."
@@ -46,21 +47,9 @@ class PaddleLiteBackend(Backend):
         purpose="ONNX -> Paddle (x2paddle) -> Paddle Lite .nb (opt), and the Paddle Lite runtime for host checks",
         env=(("GLOG_minloglevel", "2"), ("FLAGS_call_stack_level", "0"), ("PIP_NO_INDEX", "1")),
     )
-
-    def __init__(self):
-        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
-        self._fp32_of = {}     # reference path -> this runtime's fp32 build of it (host timing)
-
-    def availability(self):
-        from edgekit import toolenvs
-
-        st = toolenvs.state(self.toolenv)
-        if st["ready"]:
-            return True, (f"paddlelite 2.13rc0 (tool environment ready: Python {st['python_version']}, {st['path']}); "
-                          "builds fp32 (fp16 and int8 are refused: this host cannot check them)")
-        if st.get("interpreter_missing"):
-            return False, st["detail"]
-        return True, st["detail"]
+    ready_detail = ("paddlelite 2.13rc0 (tool environment ready: Python {python}, {path}); builds fp32 (fp16 and int8 "
+                    "are refused: this host cannot check them)")
+    noise = ("Converting node", "INFO]", "=====", "warnings.warn", "UserWarning", "full_graph=True")
 
     def runtime_version(self):
         return "2.13rc0"
@@ -68,52 +57,41 @@ class PaddleLiteBackend(Backend):
     def default_precision(self, profile, have_calib):
         return "fp32"
 
-    def local_device_python(self):
-        """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
-        from edgekit import toolenvs
-
-        return toolenvs.ensure(self.toolenv, log=None)
-
-    # -- host-side inference ---------------------------------------------------------
-    def _worker(self, model_path, threads):
-        from .toolworker import RunnerWorker, model_manifest
-
-        return RunnerWorker(self.toolenv, self.name, model_path, model_manifest(model_path, self._registered), threads)
-
-    def predict(self, model_path, samples, threads=None):
-        if str(model_path).endswith(".onnx"):
-            from .toolworker import onnx_predict
-
-            return onnx_predict(model_path, samples, threads)[2]
-        worker = self._worker(model_path, threads)
-        try:
-            return [worker.run(feed) for feed in samples]
-        finally:
-            worker.close()
-
-    def runner(self, model_path, threads=None):
-        """For timing on the host. The ONNX reference is timed as this runtime's own fp32 build of it (made by
-        this build), so a comparison is runtime against runtime; without one, onnxruntime runs it."""
-        if str(model_path).endswith(".onnx"):
-            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
-            if fp32 is not None:
-                return self._worker(fp32, threads).run
-            from .toolworker import onnx_predict
-
-            state = {}
-
-            def run_onnx(feed):
-                if "sess" not in state:
-                    state["sess"], state["names"], _ = onnx_predict(model_path, [], threads)
-                return state["sess"].run(state["names"], feed)
-
-            return run_onnx
-        return self._worker(model_path, threads).run
-
     # -- conversion -------------------------------------------------------------------
     @staticmethod
     def host_target():
         return HOST_TARGET.get(platform.machine().lower())
+
+    @staticmethod
+    def _no_host_target():
+        from edgekit.errors import ConversionError
+
+        return ConversionError(f"this host ({platform.machine()}) runs no Paddle Lite target edgekit knows (x86, arm): "
+                               "a converted model could not be checked here")
+
+    def _convert(self, onnx_path, work, targets, inputs, outputs, runner_options, log):
+        """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
+        from edgekit import toolenvs
+
+        res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py",
+                                {"step": "ONNX -> Paddle -> .nb", "onnx": str(onnx_path), "outdir": str(work),
+                                 "targets": targets}, work, log=log)
+        for t, nb in res["nb"].items():
+            self.register(nb, inputs, outputs, dict(runner_options, inputs=res["inputs"], target=t))
+        return res
+
+    def convert_fp32(self, onnx_path, workdir):
+        from edgekit.model import load_model
+
+        host = self.host_target()
+        if host is None:
+            raise self._no_host_target()
+        src = load_model(onnx_path)
+        res = self._convert(onnx_path, Path(workdir), [host], [s.to_dict() for s in src.inputs],
+                            [s.to_dict() for s in src.outputs], {"target": host}, log=None)
+        nb = Path(res["nb"][host])
+        self.register_fp32(onnx_path, nb)
+        return nb
 
     def build(self, ctx):
         import onnx
@@ -124,25 +102,19 @@ class PaddleLiteBackend(Backend):
 
         if ctx.precision in REFUSED:
             raise ConversionError(f"paddlelite {ctx.precision} refused: {REFUSED[ctx.precision]}")
+        host = self.host_target()
+        if host is None:  # before converting: nothing built here could be checked
+            raise self._no_host_target()
         settings = ctx.profile.backend("paddlelite")
         target = settings.get("target") or HOST_TARGET.get(ctx.profile.arch, "arm")
-        host = self.host_target()
-        targets = [host] if host and host == target else [t for t in (host, target) if t]
-        work = ctx.workdir / "paddlelite"
-        res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py",
-                                {"step": "ONNX -> Paddle -> .nb", "onnx": str(ctx.reference_path), "outdir": str(work),
-                                 "targets": targets}, work, log=_quiet(ctx.log))
+        targets = [host] if host == target else [host, target]
         inputs = [s.to_dict() for s in ctx.source.inputs]
         outputs = [s.to_dict() for s in ctx.source.outputs]
+        res = self._convert(ctx.reference_path, ctx.workdir / "paddlelite", targets, inputs, outputs,
+                            {"target": target, "power_mode": settings.get("power_mode")}, log=self.quiet(ctx.log))
         runner_options = {"target": target, "inputs": res["inputs"], "power_mode": settings.get("power_mode")}
-        for t, nb in res["nb"].items():
-            self._registered[str(Path(nb).resolve())] = {"inputs": inputs, "outputs": outputs,
-                                                         "runner": dict(runner_options, target=t)}
-        if host is None:
-            raise ConversionError(f"this host ({platform.machine()}) runs no Paddle Lite target edgekit knows (x86, arm): "
-                                  "the converted model could not be checked")
         ctx.check(f"fp32 (ONNX -> x2paddle -> opt, {host} .nb on this host)", Path(res["nb"][host]))
-        self._fp32_of[str(Path(ctx.reference_path).resolve())] = Path(res["nb"][host])
+        self.register_fp32(ctx.reference_path, res["nb"][host])
         shipped = Path(res["nb"][target])
         if target == host:
             validated = "yes (this host runs the shipped .nb)"
@@ -182,14 +154,6 @@ class PaddleLiteBackend(Backend):
             warnings=warnings,
             runner_options=runner_options,
         )
-
-
-def _quiet(log):
-    """Tool output on the log without x2paddle's per-node progress."""
-    def out(line):
-        if line.strip() and not any(k in line for k in ("Converting node", "INFO]", "=====", "warnings.warn", "UserWarning", "full_graph=True")):
-            log(f"    {line}")
-    return out
 
 
 BACKEND = PaddleLiteBackend()

@@ -4,45 +4,78 @@ The host Python cannot import such runtimes (paddlelite has wheels up to 3.10, m
 for 3.7 only), so :class:`RunnerWorker` starts ``tools/runner_worker.py`` under the environment's
 Python with the agent zipapp on its path: the device's own runner loads the model once and runs
 each sample sent over a pipe (a JSON header plus raw array bytes: no files, ~0.1 ms per call).
+
+:class:`ToolEnvBackend` is what the Paddle Lite and MindSpore Lite backends share: availability
+from the environment's state, host inference through a worker, timing runners that own (and
+close) their worker, and the fp32 build of a reference model in the same runtime for timing.
 """
 
+import io
 import json
 import os
+import select
+import shutil
+import signal
 import subprocess
+import tempfile
 import threading
+import time
 import weakref
 from collections import deque
 from pathlib import Path
 
 import numpy as np
 
+from .base import Backend
+
 WORKER = Path(__file__).resolve().parent / "tools" / "runner_worker.py"
+LOAD_TIMEOUT = 600  # s for the runtime to load a model; a runtime that hangs longer is stopped
+RUN_TIMEOUT = 300   # s for one inference
 
 
 class RunnerWorker:
-    """One model loaded by the agent's runner ``backend`` in ``spec``'s tool environment."""
+    """One model loaded by the agent's runner ``backend`` in ``spec``'s tool environment.
 
-    def __init__(self, spec, backend, model_path, manifest, threads=None, log=None):
+    Close it (``close()`` or ``with``): the worker process holds the loaded model until then. A worker
+    that does not answer within its deadline, or whose exchange is interrupted, is killed.
+    """
+
+    def __init__(self, spec, backend, model_path, manifest, threads=None, log=None, load_timeout=None,
+                 run_timeout=None):
         from edgekit import agent_package, toolenvs
         from edgekit.cache import cache_root
 
         py = toolenvs.ensure(spec, log=log)
         pyz, _ = agent_package.build(cache_root() / "agent")
         self.spec, self.model_path = spec, Path(model_path)
+        self.run_timeout = run_timeout or RUN_TIMEOUT
         self.stderr = deque(maxlen=40)
+        self._buf = bytearray()
         env = dict(os.environ, **dict(spec.env))
+        # unbuffered pipes: answers are read here with a deadline (select), which a buffered reader would defeat
         self.proc = subprocess.Popen([py, "-I", str(WORKER), str(pyz)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
-        threading.Thread(target=self._pump, daemon=True).start()
+                                     stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
+        # the reader thread holds the pipe and the deque, never this object: an unreferenced worker is freed
+        threading.Thread(target=_pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
         self._finalizer = weakref.finalize(self, _stop, self.proc)
-        manifest = dict(manifest, model=self.model_path.name)
-        head, _ = self._call({"cmd": "load", "backend": backend, "bundle_dir": str(self.model_path.parent),
-                              "manifest": manifest, "threads": threads})
+        try:
+            manifest = dict(manifest, model=self.model_path.name)
+            head, _ = self._call({"cmd": "load", "backend": backend, "bundle_dir": str(self.model_path.parent),
+                                  "manifest": manifest, "threads": threads}, timeout=load_timeout or LOAD_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
         self.describe = head.get("describe", {})
 
-    def _pump(self):
-        for line in self.proc.stderr:
-            self.stderr.append(line.decode("utf-8", "replace").rstrip())
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def pid(self):
+        return self.proc.pid
 
     def _fail(self, what):
         from edgekit.errors import ConversionError
@@ -53,30 +86,59 @@ class RunnerWorker:
         raise ConversionError(f"{self.spec.name}: running {self.model_path.name} in the tool environment failed{died}: "
                               f"{what}\n    {tail}")
 
-    def _call(self, head, arrays=()):
+    def _fill(self, deadline, timeout):
+        """Read what the worker has sent into the buffer, waiting at most until ``deadline``."""
+        fd = self.proc.stdout.fileno()
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
+        if not ready:
+            _kill(self.proc)
+            self._fail(f"no answer within {timeout:.0f} s (the runtime hung); the worker was stopped")
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            self._fail("no answer (the worker closed its output)")
+        self._buf += chunk
+
+    def _read_line(self, deadline, timeout):
+        while b"\n" not in self._buf:
+            self._fill(deadline, timeout)
+        k = self._buf.index(b"\n") + 1
+        line = bytes(self._buf[:k])
+        del self._buf[:k]
+        return line
+
+    def _read_exact(self, n, deadline, timeout):
+        while len(self._buf) < n:
+            self._fill(deadline, timeout)
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def _call(self, head, arrays=(), timeout=None):
+        timeout = timeout or self.run_timeout
         metas, blobs = [], []
         for name, a in arrays:
             a = np.ascontiguousarray(a)
             metas.append({"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "nbytes": a.nbytes})
             blobs.append(a.tobytes())
         try:
-            self.proc.stdin.write((json.dumps(dict(head, arrays=metas)) + "\n").encode())
-            for b in blobs:
-                self.proc.stdin.write(b)
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError) as e:
-            self._fail(f"{type(e).__name__}: {e}")
-        if not line:
-            self._fail("no answer")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            self._fail(reply.get("error", "unknown error"))
-        out = {}
-        for m in reply.get("arrays") or []:
-            data = self.proc.stdout.read(m["nbytes"])
-            out[m["name"]] = np.frombuffer(data, dtype=m["dtype"]).reshape(m["shape"]).copy()
-        return reply, out
+            try:
+                self.proc.stdin.write(b"".join([(json.dumps(dict(head, arrays=metas)) + "\n").encode(), *blobs]))
+            except (BrokenPipeError, OSError) as e:
+                self._fail(f"{type(e).__name__}: {e}")
+            deadline = time.monotonic() + timeout
+            reply = json.loads(self._read_line(deadline, timeout))
+            if not reply.get("ok"):
+                self._fail(reply.get("error", "unknown error"))
+            out = {}
+            for m in reply.get("arrays") or []:
+                data = self._read_exact(m["nbytes"], deadline, timeout)
+                out[m["name"]] = np.frombuffer(data, dtype=m["dtype"]).reshape(m["shape"]).copy()
+            return reply, out
+        except BaseException:
+            # failed or interrupted (Ctrl-C) mid-exchange: the worker is of no more use; stop it now
+            _kill(self.proc)
+            raise
 
     def run(self, feed):
         return self._call({"cmd": "run"}, sorted(feed.items()))[1]
@@ -85,20 +147,143 @@ class RunnerWorker:
         self._finalizer()
 
 
+def _pump(stream, tail):
+    try:
+        with io.BufferedReader(stream) as lines:
+            for line in lines:
+                tail.append(line.decode("utf-8", "replace").rstrip())
+    except (OSError, ValueError):
+        pass
+
+
+def _kill(proc):
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.wait()
+
+
 def _stop(proc):
     if proc.poll() is None:
         try:
             proc.stdin.write(b'{"cmd": "close"}\n')
             proc.stdin.flush()
             proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            _kill(proc)
     for f in (proc.stdin, proc.stdout):
         try:
             f.close()
         except OSError:
             pass
+
+
+class HostRunner:
+    """``run(feed)`` for timing on the host, with ``close()`` for what it holds (a worker, a temporary build)."""
+
+    def __init__(self, run, close=(), runtime=""):
+        self._run, self._close, self.runtime = run, list(close), runtime
+
+    def __call__(self, feed):
+        return self._run(feed)
+
+    def close(self):
+        while self._close:
+            self._close.pop()()
+
+
+class ToolEnvBackend(Backend):
+    """A backend whose converter and runtime live in a tool environment (:mod:`edgekit.toolenvs`).
+
+    Subclasses set ``toolenv``, ``ready_detail`` (what availability says once the environment exists;
+    ``{python}`` and ``{path}`` are filled in), ``noise`` (substrings of tool output lines left off the
+    build log) and implement ``build`` and ``convert_fp32`` (the reference .onnx -> this runtime's fp32
+    model, registered; used when timing a reference this build did not convert, e.g. the unpruned model).
+    """
+
+    ready_detail = ""
+    noise = ()
+
+    def __init__(self):
+        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
+        self._fp32_of = {}     # reference .onnx -> this runtime's fp32 build of it (host timing)
+
+    def availability(self):
+        from edgekit import toolenvs
+
+        st = toolenvs.state(self.toolenv)
+        if st["ready"]:
+            return True, self.ready_detail.format(python=st["python_version"], path=st["path"])
+        if st.get("interpreter_missing"):
+            return False, st["detail"]
+        return True, st["detail"]
+
+    def explain_unavailable(self, detail):
+        # unusable only without an interpreter for the environment: the detail already says how to get one
+        return detail
+
+    def local_device_python(self):
+        """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
+        from edgekit import toolenvs
+
+        return toolenvs.ensure(self.toolenv, log=None)
+
+    # -- registration by the build ----------------------------------------------------
+    def register(self, model_path, inputs, outputs, runner_options):
+        self._registered[str(Path(model_path).resolve())] = {"inputs": inputs, "outputs": outputs,
+                                                             "runner": runner_options}
+
+    def register_fp32(self, reference_path, model_path):
+        self._fp32_of[str(Path(reference_path).resolve())] = Path(model_path)
+
+    # -- host-side inference ----------------------------------------------------------
+    def worker(self, model_path, threads=None):
+        return RunnerWorker(self.toolenv, self.name, model_path, model_manifest(model_path, self._registered), threads)
+
+    def predict(self, model_path, samples, threads=None):
+        if str(model_path).endswith(".onnx"):
+            return onnx_predict(model_path, samples, threads)[2]
+        with self.worker(model_path, threads) as worker:
+            return [worker.run(feed) for feed in samples]
+
+    def runner(self, model_path, threads=None):
+        """For timing on the host; close it when done. An ONNX reference is timed as this runtime's own fp32 build
+        of it (made by this build, or converted now when this build did not make one, e.g. for the unpruned model
+        of a pruned build), so a comparison is runtime against runtime."""
+        cleanup = []
+        if str(model_path).endswith(".onnx"):
+            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
+            if fp32 is None:
+                tmp = Path(tempfile.mkdtemp(prefix=f"edgekit-{self.name}-timing-"))
+                cleanup.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+                try:
+                    fp32 = self.convert_fp32(model_path, tmp)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+            model_path = fp32
+        try:
+            worker = self.worker(model_path, threads)
+        except BaseException:
+            for fn in cleanup:
+                fn()
+            raise
+        return HostRunner(worker.run, cleanup + [worker.close], runtime=self.runtime)
+
+    def convert_fp32(self, onnx_path, workdir):
+        """Convert ``onnx_path`` to this runtime's fp32 model for this host in ``workdir``; register it; return it."""
+        raise NotImplementedError
+
+    def quiet(self, log):
+        """Tool output on the log without the converters' progress chatter."""
+        noise = self.noise
+
+        def out(line):
+            if line.strip() and not any(k in line for k in noise):
+                log(f"    {line}")
+        return out
 
 
 def model_manifest(model_path, registered):

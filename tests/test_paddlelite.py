@@ -125,3 +125,41 @@ def test_selective_build_lists_come_out_under_paddle_lite_names(ppocr_host, tmp_
     ops = (out / "paddlelite" / ".tailored_ops_list").read_text()
     assert "conv2d" in ops
     assert (out / "paddlelite" / ".tailored_kernels_list").is_file()
+
+
+def test_host_workers_end_after_predict_runner_and_timing(ppocr_host, tmp_path):
+    """Each host-side use of the runtime (a worker process with the model loaded) ends when its use ends: predict,
+    a timing runner once closed, a model that fails to load, and the build's host timing."""
+    import shutil
+
+    from test_toolenvs import children
+
+    from edgekit.builder import _time_on_host
+    from edgekit.errors import ConversionError
+
+    out, _ = ppocr_host
+    with np.load(out / "sample_inputs.npz") as z:
+        feed = {k: z[k] for k in z.files}
+    before = children()
+    got = BE.predict(out / "model.nb", [feed])[0][OUT]
+    assert children() == before
+    run = BE.runner(out / "model.nb")
+    assert len(children() - before) == 1
+    assert np.array_equal(run(feed)[OUT], got)
+    run.close()
+    assert children() == before
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    shutil.copy(out / "manifest.json", bad)
+    (bad / "model.nb").write_bytes(b"not a paddle lite model")
+    with pytest.raises(ConversionError, match="in the tool environment failed"):
+        BE.predict(bad / "model.nb", [feed])
+    assert children() == before
+    # an ONNX reference this process did not build (as for the unpruned model of a pruned build) is converted and
+    # timed in Paddle Lite too, not in onnxruntime
+    from edgekit.model import load_model
+
+    ref = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(tmp_path / "reference.onnx")
+    hl = _time_on_host(BE, ref, out / "model.nb", feed, 1, rounds=1, runs=3)
+    assert hl["runtimes"] == {"reference": "paddlelite", "built": "paddlelite"}
+    assert children() == before

@@ -166,3 +166,95 @@ def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
         toolenvs.run_tool(s, script, {"x": "none"}, work, log=None)
     with pytest.raises(ConversionError, match="did not finish within 2 s"):
         toolenvs.run_tool(s, script, {"x": "hang", "step": "hang"}, work, timeout=2, log=None)
+
+
+def children():
+    """Live child processes of this test process (from /proc)."""
+    me, out = str(os.getpid()), set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                out.add(int(d))
+    return out
+
+
+# Stands in for tools/runner_worker.py (a unit test of the host side of the protocol: deadlines, cleanup).
+FAKE_WORKER = r'''
+import json, sys, time
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+mode = None
+while True:
+    line = inp.readline()
+    if not line:
+        break
+    req = json.loads(line)
+    for m in req.get("arrays") or []:
+        inp.read(m["nbytes"])
+    if req["cmd"] == "load":
+        mode = req["manifest"]["mode"]
+        if mode == "fail-load":
+            out.write(b'{"ok": false, "error": "RunnerFault: cannot load the model"}\n')
+        else:
+            out.write(b'{"ok": true, "describe": {"fake": true}}\n')
+    elif req["cmd"] == "run":
+        if mode == "hang":
+            time.sleep(600)
+        out.write(json.dumps({"ok": True, "arrays": [{"name": "y", "dtype": "float32", "shape": [2], "nbytes": 8}]}).encode() + b"\n")
+        out.write(b"\0" * 8)
+    elif req["cmd"] == "close":
+        out.write(b'{"ok": true}\n')
+        out.flush()
+        break
+    out.flush()
+'''
+
+
+@pytest.fixture
+def fake_worker(envroot, tmp_path, monkeypatch):
+    real_python()
+    from edgekit.converters import toolworker
+
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    monkeypatch.setattr(toolworker, "WORKER", script)
+    s = spec()
+    toolenvs.ensure(s, log=None)
+
+    def make(mode, **kw):
+        return toolworker.RunnerWorker(s, "fake", tmp_path / "model.bin", {"mode": mode}, **kw)
+    return make
+
+
+def test_worker_is_stopped_by_close_by_collection_and_after_a_failed_load(fake_worker):
+    import gc
+
+    import numpy as np
+
+    before = children()
+    w = fake_worker("ok")
+    assert children() - before == {w.pid} and w.describe == {"fake": True}
+    assert w.run({"x": np.ones(3, np.float32)})["y"].tolist() == [0.0, 0.0]
+    w.close()
+    assert children() == before
+    w = fake_worker("ok")
+    del w  # an unreferenced worker is freed (no thread holds it) and its process stopped
+    gc.collect()
+    assert children() == before
+    with pytest.raises(ConversionError, match="cannot load the model"):
+        fake_worker("fail-load")
+    assert children() == before
+
+
+def test_hung_worker_is_killed_at_the_deadline(fake_worker):
+    import numpy as np
+
+    before = children()
+    w = fake_worker("hang", run_timeout=1)
+    with pytest.raises(ConversionError, match="no answer within 1 s"):
+        w.run({"x": np.ones(3, np.float32)})
+    assert children() == before
+    w.close()

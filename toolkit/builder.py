@@ -84,7 +84,24 @@ def _reference_outputs(be, reference_path, dataset):
 
 def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=30):
     """Interleaved p50s of the reference and the built model on this machine; median over rounds."""
-    ref, built = be.runner(reference_path, threads), be.runner(built_path, threads)
+    ref = be.runner(reference_path, threads)
+    try:
+        built = be.runner(built_path, threads)
+        try:
+            measured = _interleaved(ref, built, feed, rounds, runs)
+        finally:
+            getattr(built, "close", lambda: None)()  # runners holding a worker process or a temporary build
+    finally:
+        getattr(ref, "close", lambda: None)()
+    r, b = measured
+    return {"reference_p50_ms": round(r, 4), "built_p50_ms": round(b, 4), "speedup": round(r / b, 3),
+            "runtimes": {"reference": getattr(ref, "runtime", None) or be.runtime,
+                         "built": getattr(built, "runtime", None) or be.runtime},
+            "threads": threads, "rounds": rounds, "runs_per_round": runs,
+            "note": "measured on the build machine, which is the target for the host profile"}
+
+
+def _interleaved(ref, built, feed, rounds, runs):
     for fn in (ref, built):
         for _ in range(5):
             fn(feed)
@@ -97,10 +114,7 @@ def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=
                 fn(feed)
                 times.append((time.perf_counter() - t0) * 1000)
             p50[key].append(statistics.median(times))
-    r, b = statistics.median(p50["ref"]), statistics.median(p50["built"])
-    return {"reference_p50_ms": round(r, 4), "built_p50_ms": round(b, 4), "speedup": round(r / b, 3),
-            "threads": threads, "rounds": rounds, "runs_per_round": runs,
-            "note": "measured on the build machine, which is the target for the host profile"}
+    return statistics.median(p50["ref"]), statistics.median(p50["built"])
 
 
 def _placement(result, ctx, backend):
