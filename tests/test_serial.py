@@ -158,6 +158,30 @@ def test_upload_resumes_after_the_port_vanished(cable, tmp_path):
     assert sha256(dst) == sha256(src)
 
 
+def test_forward_stops_listening_on_close(cable):
+    """A forwarded port carries bytes over the line; closing the transport refuses it and ends its thread."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        with connect("serial", cable.port) as t:
+            host_port = t.forward(server.getsockname()[1])
+            assert t.forward(server.getsockname()[1]) == host_port  # one listener per device port
+            with socket.create_connection(("127.0.0.1", host_port), timeout=30) as c:
+                peer, _ = server.accept()
+                with peer:
+                    c.sendall(b"ping")
+                    assert peer.recv(4) == b"ping"
+                    peer.sendall(b"pong")
+                    assert c.recv(4) == b"pong"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", host_port), timeout=5)
+        assert not [th.name for th in threading.enumerate() if th.name == f"serial-forward-{host_port}"]
+    finally:
+        server.close()
+
+
 # -- errors ------------------------------------------------------------------------------
 def test_missing_port_is_a_clear_error(tiny_bundle, tmp_path):
     p = run_cli("deploy", tiny_bundle, "--serial", "/dev/ttyUSB-not-here", "--device-root", tmp_path / "r")

@@ -88,3 +88,31 @@ def test_dropped_connection_mid_upload_keeps_the_previous_version(sshd, tiny_bun
         # the same deploy again completes, resuming the staged upload
         v2 = deploy(v2_dir, dev, bench=False)["installed"]
         assert v2["previous"] == v1 and dev.client.models()[0]["version"] == v2["version"]
+
+
+def test_forward_stops_listening_on_close(sshd):
+    """A forwarded port carries bytes to the device's port; closing the transport refuses it and ends its thread."""
+    import socket
+    import threading
+
+    from edgekit.transports import connect
+
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        t = connect("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", key_file=sshd.client_key,
+                    known_hosts=sshd.known_hosts)
+        with t:
+            host_port = t.forward(server.getsockname()[1])
+            assert t.forward(server.getsockname()[1]) == host_port  # one listener per device port
+            with socket.create_connection(("127.0.0.1", host_port), timeout=30) as c:
+                peer, _ = server.accept()
+                with peer:
+                    c.sendall(b"ping")
+                    assert peer.recv(4) == b"ping"
+                    peer.sendall(b"pong")
+                    assert c.recv(4) == b"pong"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", host_port), timeout=5)
+        assert not [th.name for th in threading.enumerate() if th.name == f"ssh-forward-{host_port}"]
+    finally:
+        server.close()

@@ -18,7 +18,6 @@ import queue
 import re
 import secrets
 import shlex
-import socket
 import threading
 import time
 import zlib
@@ -27,7 +26,7 @@ from importlib import resources
 from edgekit_agent import serial_endpoint as proto
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Transport
+from .base import CommandResult, Forwarder, Transport
 
 REMOTE_DIR = '"${TMPDIR:-/tmp}"'  # expanded by the device's shell
 CHUNK = 512  # base64 characters per typed command (busybox ash edits lines up to 1024)
@@ -66,33 +65,6 @@ class _HostMux(proto.Mux):
         q = self.channels.get(chan)
         if q is not None:
             q.put((op, body))
-
-
-class _Forwarder:
-    """A loopback listener on the host; each connection becomes a TCP stream over the line."""
-
-    def __init__(self, transport, remote_port):
-        self.transport = transport
-        self.remote_port = remote_port
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True, name=f"serial-forward-{self.port}").start()
-
-    def _accept(self):
-        while not self.closed:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.transport._tunnel, args=(client, self.remote_port), daemon=True).start()
-
-    def close(self):
-        self.closed = True
-        self.sock.close()
 
 
 class SerialTransport(Transport):
@@ -436,11 +408,16 @@ class SerialTransport(Transport):
     def forward(self, remote_port):
         if self.link is None or self.link.dead:
             raise self._lost(f"forwarding port {remote_port}")
-        fw = _Forwarder(self, int(remote_port))
+        remote_port = int(remote_port)
+        for fw in self._forwards:
+            if fw.remote_port == remote_port and fw.alive:
+                return fw.port
+        fw = Forwarder(remote_port, lambda client, addr: self._tunnel(client, remote_port), name="serial-forward")
         self._forwards.append(fw)
         return fw.port
 
     def _tunnel(self, client, remote_port):
+        """One connection to a forwarded port: a TCP stream over the line to the device's ``remote_port``."""
         chan = self._new_channel()
         step = f"opening a stream to the device's port {remote_port}"
         with self.mux.slock:

@@ -6,11 +6,10 @@ import os
 import select
 import shlex
 import socket
-import threading
 from pathlib import Path
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Transport
+from .base import CommandResult, Forwarder, Transport
 
 
 def parse_target(target):
@@ -36,66 +35,35 @@ def parse_target(target):
     return user, host, port
 
 
-class _Forwarder:
-    """A loopback listener on the host; each connection becomes a direct-tcpip channel."""
-
-    def __init__(self, transport, remote_port):
-        self.transport = transport
-        self.remote_port = remote_port
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True, name=f"ssh-forward-{self.port}").start()
-
-    def _accept(self):
-        while not self.closed:
-            try:
-                client, addr = self.sock.accept()
-            except OSError:
-                return
-            try:
-                chan = self.transport.open_channel("direct-tcpip", ("127.0.0.1", self.remote_port), addr)
-            except Exception:  # paramiko raises ChannelException/SSHException/EOFError when the link is gone
-                client.close()
-                continue
-            threading.Thread(target=self._pump, args=(client, chan), daemon=True).start()
-
-    @staticmethod
-    def _pump(client, chan):
-        try:
-            while True:
-                r, _, _ = select.select([client, chan], [], [], 1.0)
-                if client in r:
-                    data = client.recv(65536)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in r:
-                    data = chan.recv(65536)
-                    if not data:
-                        break
-                    client.sendall(data)
-                if chan.closed or not chan.get_transport().is_active():
+def _pump(client, chan):
+    """Copy bytes both ways between a host socket and an SSH channel until either side ends."""
+    try:
+        while True:
+            r, _, _ = select.select([client, chan], [], [], 1.0)
+            if client in r:
+                data = client.recv(65536)
+                if not data:
                     break
-        except Exception:  # the SSH link broke (EOFError, SSHException, OSError): end this connection
+                chan.sendall(data)
+            if chan in r:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+            if chan.closed or not chan.get_transport().is_active():
+                break
+    except Exception:  # the SSH link broke (EOFError, SSHException, OSError): end this connection
+        pass
+    finally:
+        try:
+            chan.close()
+        except Exception:  # closing a channel of a dead transport raises too
             pass
-        finally:
-            try:
-                chan.close()
-            except Exception:  # closing a channel of a dead transport raises too
-                pass
-            try:
-                client.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            client.close()
-
-    def close(self):
-        self.closed = True
-        self.sock.close()
+        try:
+            client.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        client.close()
 
 
 class SSHTransport(Transport):
@@ -200,7 +168,22 @@ class SSHTransport(Transport):
             raise TransportError(f"upload of {name} to {self.description} failed: {e}") from None
 
     def forward(self, remote_port):
-        fw = _Forwarder(self._check(), remote_port)
+        """A host loopback port; each connection to it is a direct-tcpip channel to the device's ``remote_port``."""
+        t = self._check()
+        remote_port = int(remote_port)
+        for fw in self._forwards:
+            if fw.remote_port == remote_port and fw.alive:
+                return fw.port
+
+        def open_channel(client, addr):
+            try:
+                chan = t.open_channel("direct-tcpip", ("127.0.0.1", remote_port), addr)
+            except Exception:  # paramiko raises ChannelException/SSHException/EOFError when the link is gone
+                client.close()
+                return
+            _pump(client, chan)
+
+        fw = Forwarder(remote_port, open_channel, name="ssh-forward")
         self._forwards.append(fw)
         return fw.port
 
