@@ -275,3 +275,74 @@ def test_slow_device_past_its_deadline_times_out(lab, tmp_path, tiny_bundle):
     r = rows[f"dev{slow.index}"]
     assert r["status"] == "timeout" and r["error"].startswith("timeout after 1 s at step: ")
     assert p.returncode == 4
+
+
+# -- abandoning a device (host logic; the devices are stand-ins) ---------------------------------
+class _SlowDevice:
+    """A device whose close() hangs until released, and that records the steps it was asked to take."""
+
+    def __init__(self):
+        import threading
+
+        self.release = threading.Event()
+        self.closing = threading.Event()
+        self.closed = threading.Event()
+        self.calls = []
+        self.transport = type("T", (), {"put_file": lambda self, *a: None})()
+
+    def probe(self):
+        self.calls.append("probe")
+
+    def ensure_agent(self):
+        self.calls.append("ensure_agent")
+
+    def call(self, step, fn, *args):
+        self.calls.append(step)
+        return fn(*args)
+
+    def close(self):
+        self.closing.set()
+        self.release.wait(60)
+        self.closed.set()
+
+
+def test_abandon_closes_in_the_background_and_no_step_starts_after_it():
+    from edgekit.errors import TransportError
+
+    job = fleet._Job(fleet.FleetDevice("slow", "local://", "local", None, {}))
+    dev = _SlowDevice()
+    job.track(dev)
+    dev.call("benchmarking tiny", lambda: None)
+    assert job.abandon() == "benchmarking tiny"
+    # abandon() returned while the device's close() still hangs: the scheduler is not held up by it
+    assert dev.closing.wait(30) and not dev.closed.is_set()
+    with pytest.raises(TransportError, match="given up after its deadline, before verifying and committing"):
+        dev.call("verifying and committing the bundle", lambda: dev.calls.append("COMMITTED"))
+    assert "COMMITTED" not in dev.calls and dev.calls == ["benchmarking tiny"]
+    dev.release.set()
+    assert dev.closed.wait(30)
+
+
+def test_connect_timeout_reaches_the_serial_transport(tmp_path, tiny_bundle):
+    pytest.importorskip("serial")
+    from serialdev import Cable
+
+    with Cable(device=["sleep", "60"], wait_output=False) as cable:
+        inv = write(tmp_path, f'[[device]]\nname = "board"\nurl = "serial://{cable.port}"\nconnect_timeout = 1\n')
+        devices = load_inventory(inv)
+        assert devices[0].options == {"timeout": 1.0}
+        rows = fleet.deploy_fleet(tiny_bundle, devices, device_timeout=120)
+    assert rows[0]["status"] == "failed" and rows[0]["step"] == "connecting"
+    assert "within 1 s" in rows[0]["error"]  # not the default 10 s
+
+
+@pytest.mark.parametrize("url, says", [("adb://R58M123ABC", "the adb server holds the connection"),
+                                       ("local://", "nothing to connect to")])
+def test_connect_timeout_is_refused_where_there_is_no_connection_to_time_out(tmp_path, url, says):
+    with pytest.raises(InventoryError, match="field 'connect_timeout' applies to ssh:// and serial:// devices only") as e:
+        load_inventory(write(tmp_path, f'[[device]]\nname = "a"\nurl = "{url}"\nconnect_timeout = 5\n'))
+    assert says in str(e.value)
+    # from [defaults] it applies to the devices that have a connection and is no error for the others
+    devices = load_inventory(write(tmp_path, f'[defaults]\nconnect_timeout = 5\n[[device]]\nname = "a"\nurl = "{url}"\n'
+                                   '[[device]]\nname = "b"\nurl = "serial:///dev/ttyUSB0"\n'))
+    assert devices[1].options == {"timeout": 5.0}

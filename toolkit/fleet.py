@@ -14,7 +14,7 @@ The inventory is TOML, one ``[[device]]`` table per device (and optional
     python = "/usr/bin/python3"         # optional: the profile's
     root = "/home/pi/.cache/edgekit/device"
     known_hosts = "fleet_known_hosts"   # host paths are relative to the inventory file
-    connect_timeout = 10                # seconds to get the connection
+    connect_timeout = 10                # seconds to get the connection (ssh:// and serial:// devices)
     device_timeout = 120                # deadline for this device's whole deploy/bench
 
 :func:`deploy_fleet` / :func:`bench_fleet` run every device in its own thread with its
@@ -189,6 +189,13 @@ def parse_inventory(data, path="inventory", base_dir=None):
         ssh_only = [k for k in HOST_PATHS if k in entry]
         if ssh_only and kind != "ssh":
             raise InventoryError(f"{path}: {where}: field {ssh_only[0]!r} applies to ssh:// devices only")
+        if "connect_timeout" in entry and kind in ("adb", "local"):  # from [defaults] it applies where it can
+            why = ("the adb server holds the connection" if kind == "adb"
+                   else "local:// is this machine, there is nothing to connect to")
+            raise InventoryError(f"{path}: {where}: field 'connect_timeout' applies to ssh:// and serial:// devices "
+                                 f"only ({why}); use device_timeout to bound the whole run")
+        if kind == "serial" and "connect_timeout" in e:
+            options["timeout"] = float(e["connect_timeout"])
         if kind == "ssh":
             options = {"key_file": e.get("key"), "ssh_config": e.get("ssh_config"), "known_hosts": e.get("known_hosts")}
             if "connect_timeout" in e:
@@ -248,9 +255,11 @@ class _Job:
 
         def wrap(method, label):
             def tracked(*args, **kwargs):
-                if job.abandoned:  # past its deadline: do nothing more on this device
-                    raise TransportError("given up after its deadline")
-                job.set_step(label(*args) if callable(label) else label)
+                step = label(*args) if callable(label) else label
+                with job.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
+                    if job.abandoned:
+                        raise TransportError(f"given up after its deadline, before {step}")
+                    job.step = step
                 return method(*args, **kwargs)
             return tracked
 
@@ -267,14 +276,23 @@ class _Job:
             raise TransportError("abandoned after its deadline")
 
     def abandon(self):
+        """Give the device up; return the step it was at. No further step starts on it; its connection is
+        closed in a thread of its own (a serial line or an adb forward can take seconds to close)."""
         with self.lock:
             self.abandoned = True
             device = self.device
+            step = self.step
         if device is not None:
-            try:
-                device.close()
-            except Exception:  # closing under a running call: whatever it raises, the device is given up
-                pass
+            threading.Thread(target=_close_quietly, args=(device,), daemon=True,
+                             name=f"edgekit-fleet-close-{self.fd.name}").start()
+        return step
+
+
+def _close_quietly(device):
+    try:
+        device.close()
+    except Exception:  # closing under a running call: whatever it raises, the device is given up
+        pass
 
 
 def _row(fd, status, seconds, step=None, error=None, report=None, exit_code=0):
@@ -372,11 +390,13 @@ def run_fleet(action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEF
                     running.remove(job)
                     emit(job)
                 elif now >= job.deadline:
-                    step = job.step
                     limit = job.fd.device_timeout or device_timeout
-                    job.abandon()
+                    step = job.abandon()
+                    error = f"timeout after {limit:g} s at step: {step}"
+                    if "commit" in step:  # the request was sent before the deadline: it may have been carried out
+                        error += " (the device may have switched to the new version: check with `edgekit models`)"
                     job.row = _row(job.fd, "timeout", time.perf_counter() - (job.started or time.perf_counter()),
-                                   step=step, error=f"timeout after {limit:g} s at step: {step}", exit_code=4)
+                                   step=step, error=error, exit_code=4)
                     running.remove(job)
                     emit(job)
             if running:
