@@ -168,3 +168,43 @@ def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):
     run_cli("build", tiny_model, "--profile", "iphone-15-pro", "--precision", "fp32", "-o", tmp_path / "i", "-q", check=0)
     p = run_cli("deploy", tmp_path / "i", "--device-root", tmp_path / "dev")
     assert p.returncode == 4 and "build-only" in p.stderr and "--profile host" in p.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["build", "M", "--target", "local://"], "--target works only with --auto"),
+    (["build", "M", "--backends", "ort"], "--backends works only with --auto"),
+    (["build", "M", "--prune-levels", "0,0.25"], "--prune-levels works only with --auto"),
+    (["build", "M", "--auto-runs", "5"], "--auto-runs works only with --auto"),
+    (["build", "M", "--auto-rounds", "2"], "--auto-rounds works only with --auto"),
+    (["build", "M", "--device-python", "python3"], "--device-python works only with --auto"),
+    (["build", "M", "--device-root", "/tmp/r"], "--device-root works only with --auto"),
+    (["build", "M", "--auto", "--backend", "ort"], "use --backends B1,B2 instead of --backend"),
+    (["build", "M", "--auto", "--prune-mode", "structured"], "drop --prune-mode"),
+    (["build", "M", "--auto", "--allow-degraded"], "drop --allow-degraded"),
+    (["build", "M", "--auto", "--prune", "0.3"], "use --prune-levels 0,0.25 instead of --prune"),
+    (["build", "M", "--auto", "--prune-recipe", "r.toml"], "instead of --prune-recipe"),
+    (["deploy", "B", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
+    (["deploy", "B", "--jobs", "2"], "--jobs applies to many devices at once: add --fleet INVENTORY.toml (or --adb all)"),
+    (["deploy", "B", "--device-timeout", "5"], "--device-timeout applies to many devices at once"),
+    (["deploy", "B", "--adb", "all", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
+    (["bench", "B", "--jobs", "2"], "--jobs applies to many devices at once: add --fleet INVENTORY.toml, or drop"),
+    (["deploy", "B", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+    (["deploy", "B", "--ssh", "pi@h", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+    (["agent", "status", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+    (["deploy", "B", "--fleet", "F.toml", "--baud", "9600"], "--baud cannot be combined with --fleet"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_flags_that_do_nothing_here_are_refused(tmp_path, args, says):
+    """A flag the command would ignore is an error naming what it needs; nothing is built, read or contacted."""
+    where = {"M": tmp_path / "model.onnx", "B": tmp_path / "bundle", "F.toml": tmp_path / "fleet.toml"}
+    argv = [where.get(a, a) for a in args]
+    if argv[0] == "build":
+        argv += ["--profile", "host", "-o", tmp_path / "out"]
+    p = run_cli(*argv)
+    assert p.returncode == 1 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_device_flags_are_accepted_with_adb_all(tmp_path):
+    p = run_cli("deploy", tmp_path / "bundle", "--adb", "all", "--jobs", 2, "--device-timeout", 5,
+                env={"ADB_SERVER_SOCKET": "tcp:127.0.0.2:9"})
+    assert p.returncode == 4 and "no adb server answers at 127.0.0.2:9" in p.stderr, p.stderr

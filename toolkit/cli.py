@@ -60,8 +60,15 @@ def cmd_build(args):
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
     if args.auto:
         return _cmd_build_auto(args, log)
+    auto_only = [flag for flag, value in (("--target", args.target), ("--backends", args.backends),
+                                          ("--prune-levels", args.prune_levels), ("--auto-runs", args.auto_runs),
+                                          ("--auto-rounds", args.auto_rounds), ("--device-python", args.device_python),
+                                          ("--device-root", args.device_root)) if value is not None]
+    if auto_only:
+        raise EdgekitError(f"{auto_only[0]} works only with --auto (it measures candidates on a device); "
+                           f"add --auto, or drop {auto_only[0]}")
     try:
-        report = build(args.model, args.profile, args.output, backend=args.backend, precision=args.precision,
+        report = build(args.model, args.profile, args.output, backend=args.backend or "ort", precision=args.precision,
                        calib=args.calib, val=args.val, preprocess=args.preprocess, input_shapes=args.input_shape,
                        name=args.name, min_cosine=args.min_cosine, min_top1=args.min_top1,
                        max_accuracy_drop=args.max_accuracy_drop, allow_degraded=args.allow_degraded,
@@ -86,14 +93,23 @@ def _cmd_build_auto(args, log):
             raise EdgekitError(f"--prune-levels {text!r}: give fractions separated by commas, e.g. 0,0.25") from None
 
     if args.prune is not None or args.prune_recipe:
-        raise EdgekitError("--auto tries pruning levels itself: use --prune-levels 0,0.25 instead of --prune")
+        raise EdgekitError("--auto tries pruning levels itself: use --prune-levels 0,0.25 instead of "
+                           + ("--prune" if args.prune is not None else "--prune-recipe"))
+    if args.prune_mode is not None:
+        raise EdgekitError("--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto")
+    if args.backend is not None:
+        raise EdgekitError("--auto tries every backend the profile runs: use --backends B1,B2 instead of --backend")
+    if args.allow_degraded:
+        raise EdgekitError("--auto writes only a candidate that keeps fidelity: drop --allow-degraded, "
+                           "or build one configuration without --auto")
     report = auto_build(
-        args.model, args.profile, args.output, device=args.target, calib=args.calib, val=args.val,
+        args.model, args.profile, args.output, device=args.target or "local://", calib=args.calib, val=args.val,
         preprocess=args.preprocess, input_shapes=args.input_shape, name=args.name, budget=args.budget,
         backends=[b for b in (args.backends or "").split(",") if b] or None,
         precisions=None if args.precision == "auto" else [args.precision],
         prune_levels=floats(args.prune_levels) if args.prune_levels else DEFAULT_PRUNE_LEVELS,
-        runs=args.auto_runs, rounds=args.auto_rounds, device_python=args.device_python, device_root=args.device_root,
+        runs=50 if args.auto_runs is None else args.auto_runs, rounds=3 if args.auto_rounds is None else args.auto_rounds,
+        device_python=args.device_python, device_root=args.device_root,
         use_cache=not args.no_cache, log=log, min_cosine=args.min_cosine, min_top1=args.min_top1,
         max_accuracy_drop=args.max_accuracy_drop)
     _emit(args, report, auto_text)
@@ -101,14 +117,25 @@ def _cmd_build_auto(args, log):
 
 
 # -- deploy / bench / agent -----------------------------------------------------
+def _check_baud(args):
+    if getattr(args, "baud", None) is None:
+        return
+    if getattr(args, "fleet", None):
+        raise EdgekitError("--baud cannot be combined with --fleet: give each serial device its rate in the "
+                           "inventory's url (serial:///dev/ttyUSB0?baud=115200)")
+    if not getattr(args, "serial", None):
+        raise EdgekitError("--baud sets the line speed of --serial PORT: add --serial, or drop --baud")
+
+
 def _device_target(args):
     """``(kind, target, options)`` from the device flags of a command."""
+    _check_baud(args)
     if getattr(args, "ssh", None):
         return "ssh", args.ssh, {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts}
     if getattr(args, "adb", None) is not None:
         return "adb", args.adb or None, {}
     if getattr(args, "serial", None):
-        return "serial", args.serial, {"baud": args.baud}
+        return "serial", args.serial, {} if args.baud is None else {"baud": args.baud}
     return "local", None, {}
 
 
@@ -132,41 +159,46 @@ def _progress(args):
     return show
 
 
-def _run_fleet(args, action):
-    import time
-
+def _many_devices(args):
+    """The devices of ``--fleet INVENTORY`` or ``deploy --adb all``; None for a command on one device."""
     from . import fleet
 
-    per_device = [f for f in ("ssh_key", "ssh_config", "known_hosts", "device_python", "device_root")
-                  if getattr(args, f, None)]
-    if per_device:
-        raise EdgekitError(f"--{per_device[0].replace('_', '-')} cannot be combined with --fleet: "
-                           "put it in the inventory's [[device]] entries (or its [defaults])")
-    devices = fleet.load_inventory(args.fleet, tag=args.tag)
-    on_row = None if args.json or args.quiet else (lambda r: _err(f"  {r['name']}: {r['status']}"
-                                                                  + (f" ({r['error']})" if r["error"] else "")))
-    t0 = time.perf_counter()
-    rows = fleet.run_fleet(action, args.bundle, devices, jobs=args.jobs, device_timeout=args.device_timeout,
-                           on_row=on_row, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                           providers=args.provider)
-    seconds = time.perf_counter() - t0
-    _emit(args, {"devices": rows, "summary": fleet.summary(rows, seconds)}, lambda d: fleet.fleet_text(rows, seconds))
-    return fleet.exit_code(rows)
-
-
-def _run_adb_all(args):
-    """``deploy --adb all``: every device attached to the adb server, in parallel, one row per device."""
-    import time
-
-    from . import fleet
+    _check_baud(args)
+    if getattr(args, "fleet", None):
+        per_device = [f for f in ("ssh_key", "ssh_config", "known_hosts", "device_python", "device_root")
+                      if getattr(args, f, None)]
+        if per_device:
+            raise EdgekitError(f"--{per_device[0].replace('_', '-')} cannot be combined with --fleet: "
+                               "put it in the inventory's [[device]] entries (or its [defaults])")
+        return fleet.load_inventory(args.fleet, tag=args.tag)
+    if args.tag is not None:
+        raise EdgekitError("--tag picks devices of a --fleet inventory: add --fleet INVENTORY.toml, or drop --tag")
+    if not (args.command == "deploy" and getattr(args, "adb", None) == "all"):
+        for flag, value in (("--jobs", args.jobs), ("--device-timeout", args.device_timeout)):
+            if value is not None:
+                also = " (or --adb all)" if args.command == "deploy" else ""
+                raise EdgekitError(f"{flag} applies to many devices at once: add --fleet INVENTORY.toml{also}, "
+                                   f"or drop {flag}")
+        return None
     from .transports.adb import ADBTransport
 
-    devices = [fleet.FleetDevice(s, f"adb://{s}", "adb", s, {}, python=args.device_python, root=args.device_root)
-               for s in ADBTransport.serials()]
+    return [fleet.FleetDevice(s, f"adb://{s}", "adb", s, {}, python=args.device_python, root=args.device_root)
+            for s in ADBTransport.serials()]
+
+
+def _run_fleet(args, action, devices):
+    """``--fleet`` / ``deploy --adb all``: every device in parallel, one row per device."""
+    import time
+
+    from . import fleet
+
     on_row = None if args.json or args.quiet else (lambda r: _err(f"  {r['name']}: {r['status']}"
                                                                   + (f" ({r['error']})" if r["error"] else "")))
     t0 = time.perf_counter()
-    rows = fleet.run_fleet("deploy", args.bundle, devices, jobs=args.jobs, device_timeout=args.device_timeout,
+    rows = fleet.run_fleet(action, args.bundle, devices,
+                           jobs=fleet.DEFAULT_JOBS if args.jobs is None else args.jobs,
+                           device_timeout=fleet.DEFAULT_DEVICE_TIMEOUT if args.device_timeout is None
+                           else args.device_timeout,
                            on_row=on_row, runs=args.runs, warmup=args.warmup, threads=args.threads,
                            providers=args.provider)
     seconds = time.perf_counter() - t0
@@ -175,10 +207,9 @@ def _run_adb_all(args):
 
 
 def cmd_deploy(args):
-    if getattr(args, "fleet", None):
-        return _run_fleet(args, "deploy")
-    if getattr(args, "adb", None) == "all":
-        return _run_adb_all(args)
+    devices = _many_devices(args)
+    if devices is not None:
+        return _run_fleet(args, "deploy", devices)
     from . import bundle as bundle_mod
     from .deployer import deploy
     from .report import bench_text
@@ -195,8 +226,9 @@ def cmd_deploy(args):
 
 
 def cmd_bench(args):
-    if getattr(args, "fleet", None):
-        return _run_fleet(args, "bench")
+    devices = _many_devices(args)
+    if devices is not None:
+        return _run_fleet(args, "bench", devices)
     from . import bundle as bundle_mod
     from .deployer import bench
     from .report import bench_text
@@ -360,7 +392,7 @@ def _device_options(p):
     where.add_argument("--adb", metavar="SERIAL", nargs="?", const="",
                        help="an Android device through the adb server (the only one attached, or SERIAL; deploy: all)")
     where.add_argument("--serial", metavar="PORT", help="a board on a serial line, e.g. /dev/ttyUSB0")
-    p.add_argument("--baud", type=int, default=115200, help="--serial line speed (default 115200)")
+    p.add_argument("--baud", type=int, help="--serial line speed (default 115200)")
     p.add_argument("--ssh-key", help="private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)")
     p.add_argument("--ssh-config", help="ssh client config file (default ~/.ssh/config)")
     p.add_argument("--known-hosts", help="extra known_hosts file to verify the device's host key against")
@@ -372,8 +404,8 @@ def _device_options(p):
 def _fleet_options(p, where):
     where.add_argument("--fleet", metavar="INVENTORY.toml", help="every device in a fleet inventory, in parallel")
     p.add_argument("--tag", help="with --fleet: only the devices with this tag")
-    p.add_argument("--jobs", type=int, default=8, help="with --fleet: devices worked on at once (default 8)")
-    p.add_argument("--device-timeout", type=float, default=300.0,
+    p.add_argument("--jobs", type=int, help="with --fleet: devices worked on at once (default 8)")
+    p.add_argument("--device-timeout", type=float,
                    help="with --fleet: seconds one device may take before it is given up (default 300)")
 
 
@@ -401,7 +433,7 @@ def parser():
     s.add_argument("model", help="ONNX model file")
     s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
-    s.add_argument("--backend", default="ort", help="runtime to build for: ort (default), openvino, mnn, tflite (see `edgekit backends`)")
+    s.add_argument("--backend", help="runtime to build for: ort (default), openvino, mnn, tflite (see `edgekit backends`)")
     s.add_argument("--precision", default="auto",
                    choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
                    help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
@@ -426,12 +458,12 @@ def parser():
     s.add_argument("--auto", action="store_true",
                    help="build every backend x precision x pruning level the profile supports, measure the ones that "
                         "keep fidelity on the device (--target) and write the winner of the latency/size/accuracy front")
-    s.add_argument("--target", default="local://", metavar="URL",
+    s.add_argument("--target", metavar="URL",
                    help="--auto: device to measure on: local:// (default), ssh://USER@HOST[:PORT], adb://SERIAL")
     s.add_argument("--backends", metavar="B1,B2", help="--auto: only these backends (default: all the profile runs)")
     s.add_argument("--prune-levels", metavar="R1,R2", help="--auto: pruning levels to try (default 0,0.25)")
-    s.add_argument("--auto-runs", type=int, default=50, help="--auto: timed runs per round and candidate (default 50)")
-    s.add_argument("--auto-rounds", type=int, default=3, help="--auto: interleaved measuring rounds (default 3)")
+    s.add_argument("--auto-runs", type=int, help="--auto: timed runs per round and candidate (default 50)")
+    s.add_argument("--auto-rounds", type=int, help="--auto: interleaved measuring rounds (default 3)")
     s.add_argument("--device-python", help="--auto: Python on the target device")
     s.add_argument("--device-root", help="--auto: agent directory on the target device")
     s.add_argument("--no-cache", action="store_true", help="convert again even if the inputs are unchanged")
