@@ -91,7 +91,11 @@ def main(argv=None):
                  "root": server.agent.store.root, "root_arg": args.root, "auth": bool(server.agent.token),
                  "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
                  "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0)}
-        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        def on_term(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not break the clean-up
+            raise KeyboardInterrupt()
+
+        signal.signal(signal.SIGTERM, on_term)
         write_state(args.root, state)
         sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))
         sys.stderr.flush()

@@ -137,6 +137,8 @@ def supervise(serve_cmd, root):
     while True:
         env["EDGEKIT_RESTARTS"] = str(restarts)
         child[0] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
+        if stopping[0]:  # a SIGTERM that came while the server was being started found no server to stop
+            child[0].terminate()
         code = child[0].wait()
         if stopping[0] or code == 0:
             return 0
@@ -167,34 +169,40 @@ def _is_supervisor(pid):
         return True
 
 
-def stop(root, timeout=10.0):
-    state = read_state(root)
-    if state and not _is_agent(state) and _is_supervisor(state.get("supervisor_pid")):
-        # between a crash and the restart: stop the supervisor so it starts nothing
-        os.kill(state["supervisor_pid"], signal.SIGTERM)
-        return {"stopped": True, "pid": None, "supervisor_pid": state["supervisor_pid"]}
-    if not state or not _is_agent(state):
-        return {"stopped": False, "reason": "not running"}
-    pid = state["pid"]
-    sup = state.get("supervisor_pid")
-    if _is_supervisor(sup):
-        try:
-            os.kill(sup, signal.SIGTERM)  # it stops the server and does not restart it
-        except OSError:
-            pass
-    os.kill(pid, signal.SIGTERM)
+def _wait_gone(pids, timeout):
     deadline = time.time() + timeout
-    while time.time() < deadline and alive(pid):
+    while time.time() < deadline and any(alive(p) for p in pids if p):
         time.sleep(0.05)
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    while time.time() < deadline and _is_supervisor(sup):
-        time.sleep(0.05)
+    return not any(alive(p) for p in pids if p)
+
+
+def stop(root, timeout=10.0):
+    """Stop the agent serving ``root``: its supervisor (so nothing restarts it), then the server."""
+    state = read_state(root)
+    if not state:
+        return {"stopped": False, "reason": "not running"}
+    sup = state.get("supervisor_pid") if _is_supervisor(state.get("supervisor_pid")) else None
+    pid = state.get("pid") if _is_agent(state) else None
+    if not sup and not pid:
+        return {"stopped": False, "reason": "not running"}
+    if sup:
+        os.kill(sup, signal.SIGTERM)  # it stops its server cleanly and starts nothing more
+    elif pid:
+        os.kill(pid, signal.SIGTERM)
+    forced = not _wait_gone([sup, pid], timeout)
+    if forced:
+        for p in (pid, sup):
+            if p and alive(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        _wait_gone([sup, pid], 2.0)
     try:
         os.unlink(state_path(root))
     except OSError:
         pass
-    return {"stopped": True, "pid": pid}
+    return {"stopped": True, "pid": pid, "supervisor_pid": sup, "forced": forced}
 
 
 def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=()):
@@ -205,6 +213,10 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
             current["started"] = False
             return current
         stop(root)
+    else:
+        lingering = read_state(root)
+        if lingering and _is_supervisor(lingering.get("supervisor_pid")):
+            stop(root)  # a supervisor waiting to restart a crashed server: one agent per root
     from .server import self_command
 
     serve = ["serve", "--root", root, "--host", host, "--port", str(port)]
@@ -236,6 +248,9 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
     except OSError:
         pass
     if proc.poll() is None:
-        proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the supervisor leads its own group: its server goes too
+        except OSError:
+            proc.kill()
     sys.stderr.write("edgekit-agent did not start (exit %s); log %s:\n%s\n" % (proc.poll(), log, tail))
     raise SystemExit(2)

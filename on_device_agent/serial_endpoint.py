@@ -217,7 +217,7 @@ class Link:
                 elif 0 < (self.expected - seq) % SEQ_MOD <= SEQ_MOD // 2:
                     reply = (F_ACK, self.expected)  # a duplicate: our ACK was lost
                 else:
-                    now = time.time()
+                    now = time.monotonic()
                     if self._nak[0] == self.expected and now - self._nak[1] < self.rto:
                         reply = None
                     else:
@@ -240,7 +240,7 @@ class Link:
         dist = (n - self.base) % SEQ_MOD
         if dist == 0 or dist > len(self.unacked):
             return
-        now = time.time()
+        now = time.monotonic()
         sample = None
         for _ in range(dist):
             _, (frame, sent, resent, size, wire) = self.unacked.popitem(last=False)
@@ -262,7 +262,7 @@ class Link:
         self.cond.notify_all()
 
     def _resend(self):
-        now = time.time()
+        now = time.monotonic()
         queued = 0
         for entry in self.unacked.values():
             queued += len(entry[0])
@@ -277,7 +277,7 @@ class Link:
             if not self.unacked or self.dead:
                 return
             oldest = next(iter(self.unacked.values()))
-            if time.time() - oldest[1] < self.rto + oldest[4]:
+            if time.monotonic() - oldest[1] < self.rto + oldest[4]:
                 return
             self.retries += 1
             if self.retries > MAX_RETRIES:
@@ -302,10 +302,10 @@ class Link:
         """Queue one payload (at most ``max_payload`` bytes); blocks while the window is full."""
         if len(payload) > self.max_payload:
             raise ValueError("payload of %d bytes > %d" % (len(payload), self.max_payload))
-        deadline = None if timeout is None else time.time() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             while len(self.unacked) >= self.window and not self.dead:
-                if deadline is not None and time.time() > deadline:
+                if deadline is not None and time.monotonic() > deadline:
                     raise LinkDead("the device did not take data for %.0f s" % timeout)
                 self.cond.wait(0.5)
             if self.dead:
@@ -314,9 +314,9 @@ class Link:
             self.next_seq = (seq + 1) % SEQ_MOD
             frame = encode_frame(F_DATA, seq, payload)
             if self._busy_since is None:
-                self._busy_since = time.time()
+                self._busy_since = time.monotonic()
             queued = len(frame) + sum(len(e[0]) for e in self.unacked.values())
-            self.unacked[seq] = [frame, time.time(), False, len(payload), queued * self.byte_time]
+            self.unacked[seq] = [frame, time.monotonic(), False, len(payload), queued * self.byte_time]
             self.stats["frames_sent"] += 1
             self._send_raw(frame)
         if self.dead:
@@ -324,9 +324,9 @@ class Link:
 
     def drain(self, timeout):
         """Wait until everything sent was acknowledged; False if the time ran out or the link died."""
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         with self.cond:
-            while self.unacked and not self.dead and time.time() < deadline:
+            while self.unacked and not self.dead and time.monotonic() < deadline:
                 self.cond.wait(0.1)
             return not self.unacked
 
@@ -349,7 +349,7 @@ class Link:
         """Payload bytes per second acknowledged while data was in flight (None before any)."""
         busy = self.stats["busy_s"]
         if self._busy_since is not None:
-            busy += time.time() - self._busy_since
+            busy += time.monotonic() - self._busy_since
         done = self.stats["bytes_acked"]
         return done / busy if busy > 0 and done >= 4096 else None
 

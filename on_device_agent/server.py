@@ -182,6 +182,8 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body go out as separate writes; with Nagle on, the body waits for the
     # client's delayed ACK (~40 ms a request on Linux).
     disable_nagle_algorithm = True
+    # A client that stalls (mid-upload, or an idle kept-alive connection) frees its thread after this long.
+    timeout = 600
     server_version = "edgekit-agent/" + __version__
 
     def log_message(self, fmt, *args):  # quiet by default; errors go to the log below
@@ -494,12 +496,39 @@ def begin_upload(h, name, version):
 @route("PUT", "/v1/bundles/([^/]+)/([^/]+)/files/([^/]+)")
 def upload_file(h, name, version, filename):
     n = h._length()
-    h._consumed = True  # the store reads the body, even when it refuses it midway the stream ends with it
+    h._consumed = True  # the store reads the body; what it leaves unread is drained below
+    body = _Counted(h.rfile)
     try:
-        return h.agent.store.receive(name, version, filename, h.rfile, n, _query_int(h, "offset"))
+        return h.agent.store.receive(name, version, filename, body, n, _query_int(h, "offset"))
     except StoreError:
+        # Read what the client is still sending (up to a bound) so it gets this answer, not a broken pipe.
+        left = n - body.count
+        if 0 < left <= DRAIN_LIMIT:
+            try:
+                while left > 0:
+                    block = h.rfile.read(min(1 << 16, left))
+                    if not block:
+                        break
+                    left -= len(block)
+            except OSError:
+                pass
         h.close_connection = True
         raise
+
+
+DRAIN_LIMIT = 256 << 20
+
+
+class _Counted(object):
+    """A body stream that counts what was read from it."""
+
+    def __init__(self, f):
+        self.f, self.count = f, 0
+
+    def read(self, n):
+        data = self.f.read(n)
+        self.count += len(data)
+        return data
 
 
 def _query_int(h, key, default=0):

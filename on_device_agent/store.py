@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import threading
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -28,6 +29,28 @@ class StoreError(Exception):
     def __init__(self, message, status=400):
         Exception.__init__(self, message)
         self.status = status
+
+
+def fsync_dir(path):
+    """Make a rename or new entry in ``path`` durable (a power cut must not undo an install)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # platforms without directory handles
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _regular(path):
+    """A regular file, not a symlink (the store never follows links it did not make)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def sha256_file(path):
@@ -53,8 +76,10 @@ def check_manifest(manifest):
         if not isinstance(f, dict) or not {"name", "size", "sha256"} <= set(f):
             raise StoreError("each manifest file needs name, size and sha256")
         check_name("file name", f["name"])
-        if f["name"] in RESERVED or f["name"].endswith(".part"):
+        if f["name"] in RESERVED or f["name"].endswith((".part", ".link")):
             raise StoreError("file name %r is reserved" % f["name"])
+        if f["name"] in names:
+            raise StoreError("file %r is listed twice in the manifest" % f["name"])
         if not isinstance(f["size"], int) or f["size"] < 0 or not re.match(r"[0-9a-f]{64}\Z", str(f["sha256"])):
             raise StoreError("file %r: size must be a non-negative integer and sha256 64 hex digits" % f["name"])
         names.append(f["name"])
@@ -95,7 +120,7 @@ class Store(object):
             with open(os.path.join(staging, "manifest.json.part"), "w") as f:
                 json.dump(manifest, f)
             os.replace(os.path.join(staging, "manifest.json.part"), os.path.join(staging, "manifest.json"))
-            missing, partial, reused = [], {}, []
+            missing, partial, partial_sha, reused = [], {}, {}, []
             known = None
             for entry in manifest["files"]:
                 p = os.path.join(staging, entry["name"])
@@ -109,9 +134,11 @@ class Store(object):
                     continue
                 missing.append(entry["name"])
                 part = p + ".part"
-                if os.path.isfile(part) and 0 < os.path.getsize(part) < entry["size"]:
+                if _regular(part) and 0 < os.path.getsize(part) < entry["size"]:
                     partial[entry["name"]] = os.path.getsize(part)
-            return {"installed": False, "missing": missing, "partial": partial, "reused": reused}
+                    partial_sha[entry["name"]] = sha256_file(part)
+            return {"installed": False, "missing": missing, "partial": partial, "partial_sha256": partial_sha,
+                    "reused": reused}
 
     def _installed_files(self, exclude):
         """``{(sha256, size): path}`` of every file in installed versions (manifests say their hashes)."""
@@ -131,23 +158,25 @@ class Store(object):
                     continue
                 for entry in files:
                     path = os.path.join(d, entry.get("name", ""))
-                    if os.path.isfile(path) and os.path.getsize(path) == entry.get("size"):
+                    if _regular(path) and os.path.getsize(path) == entry.get("size"):
                         found[(entry.get("sha256"), entry.get("size"))] = path
         return found
 
     @staticmethod
     def _link(source, dest, sha256):
         """Put an installed file's content at ``dest`` (hard link, else copy); verify it first."""
-        if sha256_file(source) != sha256:
+        if not _regular(source) or sha256_file(source) != sha256:
             return False
         tmp = dest + ".link"
         try:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
             try:
-                os.link(source, tmp)
+                os.link(source, tmp, follow_symlinks=False)
             except OSError:
-                shutil.copyfile(source, tmp)
+                shutil.copyfile(source, tmp, follow_symlinks=False)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
             os.replace(tmp, dest)
             return True
         except OSError:
@@ -189,13 +218,17 @@ class Store(object):
                     h.update(block)
         remaining = length
         with open(part, "ab" if offset else "wb") as out:
-            while remaining > 0:
-                block = stream.read(min(CHUNK, remaining))
-                if not block:
-                    break
-                h.update(block)
-                out.write(block)
-                remaining -= len(block)
+            try:
+                while remaining > 0:
+                    block = stream.read(min(CHUNK, remaining))
+                    if not block:
+                        break
+                    h.update(block)
+                    out.write(block)
+                    remaining -= len(block)
+            finally:
+                out.flush()
+                os.fsync(out.fileno())  # what arrived survives a power cut, for the resume
         if remaining:
             raise StoreError("file %r: connection closed after %d of %d bytes; the next upload resumes there"
                              % (filename, entry["size"] - remaining, entry["size"]))
@@ -204,6 +237,7 @@ class Store(object):
             raise StoreError("file %r: sha256 %s does not match the manifest's %s; the file was altered or corrupted "
                              "in transit and was discarded" % (filename, h.hexdigest(), entry["sha256"]), 422)
         os.replace(part, os.path.join(staging, filename))
+        fsync_dir(staging)
         return {"file": filename, "verified": True, "resumed_at": offset}
 
     def commit(self, name, version, verify=None):
@@ -225,21 +259,27 @@ class Store(object):
                     verify(staging, manifest)
                 if not os.path.isdir(os.path.dirname(final)):
                     os.makedirs(os.path.dirname(final))
+                fsync_dir(staging)
                 os.rename(staging, final)
+                fsync_dir(os.path.dirname(final))
             previous = self.current_version(name)
             self._point_current(name, version)
             self._prune(name, keep=(version, previous))
             return {"name": name, "version": version, "previous": previous}
 
-    def _point_current(self, name, version):
+    def _point_current(self, name, version, how="install"):
+        """Switch ``current`` atomically (and durably); the history line says how (install | rollback)."""
         model_dir = self._model_dir(name)
         tmp = os.path.join(model_dir, ".current.tmp")
         if os.path.lexists(tmp):
             os.unlink(tmp)
         os.symlink(os.path.join("versions", version), tmp)
         os.replace(tmp, os.path.join(model_dir, "current"))
+        fsync_dir(model_dir)
         with open(os.path.join(model_dir, "history"), "a") as f:
-            f.write(version + "\n")
+            f.write(version + ("" if how == "install" else " " + how) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def _prune(self, name, keep):
         versions_dir = os.path.join(self._model_dir(name), "versions")
@@ -255,12 +295,14 @@ class Store(object):
                 shutil.rmtree(os.path.join(versions_dir, v), ignore_errors=True)
 
     # -- queries ------------------------------------------------------------
-    def history(self, name):
+    def history(self, name, installs_only=False):
+        """Versions in the order they became current (``installs_only``: leave out rollbacks)."""
         p = os.path.join(self._model_dir(name), "history")
         if not os.path.isfile(p):
             return []
         with open(p) as f:
-            return [l.strip() for l in f if l.strip()]
+            rows = [l.split() for l in f if l.strip()]
+        return [r[0] for r in rows if not (installs_only and len(r) > 1)]
 
     def current_version(self, name):
         link = os.path.join(self._model_dir(name), "current")
@@ -298,10 +340,14 @@ class Store(object):
                                      % (name, version, ", ".join(sorted(available))), 404)
                 if version == current:
                     return {"name": name, "version": version, "previous": current, "unchanged": True}
-                self._point_current(name, version)
+                self._point_current(name, version, "rollback")
                 return {"name": name, "version": version, "previous": current}
-            for v in reversed(self.history(name)):
+            # Step back through the installs from where the current version was installed, so
+            # repeated rollbacks walk v3 -> v2 -> v1 instead of bouncing between two versions.
+            installs = self.history(name, installs_only=True)
+            at = max([i for i, v in enumerate(installs) if v == current] or [len(installs)])
+            for v in reversed(installs[:at]):
                 if v != current and v in available:
-                    self._point_current(name, v)
+                    self._point_current(name, v, "rollback")
                     return {"name": name, "version": v, "previous": current}
             raise StoreError("model %r has no earlier version kept to roll back to" % name, 409)

@@ -147,3 +147,71 @@ def test_agent_comes_back_after_a_crash_on_the_same_port(local_device, two_build
     stopped = daemon.stop(local_device.root)
     assert stopped["stopped"]
     assert not daemon.alive(after["pid"]) and not daemon._is_supervisor(after["supervisor_pid"])
+
+
+def test_repeated_rollbacks_step_back_through_the_installs(tmp_path):
+    from edgekit_agent.store import Store
+
+    store = Store(str(tmp_path / "root"))
+    import hashlib
+
+    for i in (1, 2, 3):
+        data = f"model {i}".encode()
+        m = {"files": [{"name": "m.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}], "model": "m.bin"}
+        v = f"v{i}"
+        store.begin("m", v, m)
+        import io
+
+        store.receive("m", v, "m.bin", io.BytesIO(data), len(data))
+        store.commit("m", v)
+    assert store.current_version("m") == "v3"
+    assert [store.rollback("m")["version"] for _ in range(2)] == ["v2", "v1"]
+    from edgekit_agent.store import StoreError
+
+    with pytest.raises(StoreError, match="no earlier version"):
+        store.rollback("m")
+    assert store.rollback("m", "v3")["version"] == "v3"
+
+
+def test_manifest_names_that_could_collide_are_refused(tmp_path):
+    from edgekit_agent.store import Store, StoreError
+
+    store = Store(str(tmp_path / "root"))
+    entry = {"name": "a.bin", "size": 1, "sha256": "0" * 64}
+    with pytest.raises(StoreError, match="listed twice"):
+        store.begin("m", "v1", {"files": [entry, dict(entry)], "model": "a.bin"})
+    with pytest.raises(StoreError, match="reserved"):
+        store.begin("m", "v1", {"files": [dict(entry, name="a.link")], "model": "a.link"})
+
+
+def test_a_partial_file_that_is_not_this_files_beginning_is_sent_whole(local_device, two_builds):
+    from edgekit.deployer import deploy
+
+    fp32, int8 = two_builds
+    deploy(fp32, local_device, bench=False)
+    m = _manifest(int8)
+    big = max(m["files"], key=lambda f: f["size"])
+    c = local_device.client
+    c.begin_upload(m["name"], m["id"], m)
+    junk = b"\x00" * (big["size"] // 3)
+    _cut_upload(local_device.state["port"], m["name"], m["id"], big["name"], junk + b"\x00" * (big["size"] - len(junk)),
+                len(junk))
+    result = deploy(int8, local_device, bench=False)["installed"]
+    assert result["transfer"]["resumed_bytes"] == 0 and local_device.client.models()[0]["version"] == m["id"]
+
+
+def test_stop_leaves_no_supervisor_or_server(local_device, two_builds):
+    from edgekit_agent import daemon
+
+    local_device.ensure_agent()
+    state = daemon.read_state(local_device.root)
+    for _ in range(3):
+        result = daemon.stop(local_device.root)
+        assert result["stopped"] and not result["forced"]  # stopped by SIGTERM, cleanly, not killed
+        assert not daemon.alive(state["pid"]) and not daemon._is_supervisor(state["supervisor_pid"])
+        assert daemon.read_state(local_device.root) is None
+        local_device.ensure_agent()
+        state = daemon.read_state(local_device.root)
+    from pathlib import Path
+
+    assert "Traceback" not in Path(daemon.log_path(local_device.root)).read_text()

@@ -23,6 +23,20 @@ PROBE = ("import json,os,platform,sys;print(json.dumps({'home':os.path.expanduse
 HASH = "import hashlib,sys;p=sys.argv[1];print(hashlib.sha256(open(p,'rb').read()).hexdigest())"
 
 
+def _prefix_sha256(path, n):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while n > 0:
+            block = f.read(min(1 << 20, n))
+            if not block:
+                break
+            h.update(block)
+            n -= len(block)
+    return h.hexdigest()
+
+
 class _ProgressReader:
     def __init__(self, f, name, total, progress, start=0):
         self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, start
@@ -45,6 +59,7 @@ class Device:
         self.info = None
         self.state = None
         self.client = None
+        self._forward = None  # (device port, host port) of the forward to the agent
 
     def __enter__(self):
         return self
@@ -97,7 +112,11 @@ class Device:
         if not r.ok:
             self._fail("starting the agent", (r.stderr or r.stdout).strip()[-800:])
         self.state = json.loads(r.stdout.strip().splitlines()[-1])
-        port = self.transport.forward(self.state["port"])
+        if self._forward and self._forward[0] == self.state["port"]:
+            port = self._forward[1]  # the agent kept its port: the forward we made still leads to it
+        else:
+            port = self.transport.forward(self.state["port"])
+            self._forward = (self.state["port"], port)
         from edgekit_sdk import AgentClient
 
         if self.client is not None:
@@ -141,11 +160,18 @@ class Device:
         if state.get("reused"):
             log(f"  {len(state['reused'])} file(s) already on the device, not sent: {', '.join(state['reused'])}")
         partial = state.get("partial") or {}
+        partial_sha = state.get("partial_sha256") or {}
+        sizes = {f["name"]: f["size"] for f in manifest["files"]}
+        asked = [f for f in state.get("missing", []) if f not in sizes]
+        if asked:  # only files of this bundle ever leave this machine, whatever the other end asks for
+            self._fail("uploading the bundle", f"the agent asked for files that are not in the bundle: {asked[:3]}")
         payload = resumed = 0
         for fname in state.get("missing", []):
             path = os.path.join(bundle_dir, fname)
-            size = os.path.getsize(path)
-            offset = partial.get(fname, 0) if 0 < partial.get(fname, 0) < size else 0
+            size = sizes[fname]
+            offset = partial.get(fname, 0)
+            if not (isinstance(offset, int) and 0 < offset < size and _prefix_sha256(path, offset) == partial_sha.get(fname)):
+                offset = 0  # nothing kept, or what the device kept is not this file's beginning: send it whole
             if offset:
                 log(f"  resuming {fname} at byte {offset} of {size}")
             with open(path, "rb") as f:
@@ -241,7 +267,9 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
     if isinstance(device, str):
-        device = open_device(device, profile=prof, backend=manifest["backend"])
+        with open_device(device, profile=prof, backend=manifest["backend"]) as opened:
+            return deploy(bundle_dir, opened, runs=runs, warmup=warmup, threads=threads, providers=providers,
+                          progress=progress, log=log, bench=bench)
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
