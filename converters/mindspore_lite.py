@@ -39,7 +39,8 @@ class MindSporeLiteBackend(ToolEnvBackend):
     toolenv = ToolEnvSpec(
         name="mindspore-lite",
         pythons=("3.7",),
-        requirements=("mindspore-lite==2.0.0", "numpy==1.21.6", "onnx==1.14.1", "protobuf==4.24.4"),
+        requirements=("mindspore-lite==2.0.0", "numpy==1.21.6", "onnx==1.14.1", "protobuf==4.24.4",
+                      "typing_extensions==4.7.1"),  # every package of the environment, pinned
         check="import mindspore_lite, onnx, numpy",
         purpose="ONNX -> MindSpore Lite .ms (converter), and the MindSpore Lite runtime for host checks",
         env=(("GLOG_v", "3"), ("PIP_NO_INDEX", "1")),

@@ -41,8 +41,14 @@ class PaddleLiteBackend(ToolEnvBackend):
     toolenv = ToolEnvSpec(
         name="paddlelite",
         pythons=("3.10",),
-        requirements=("paddlelite==2.13rc0", "paddlepaddle==2.6.2", "x2paddle==1.6.0", "onnx==1.17.0", "numpy==2.2.6",
-                      "protobuf==7.36.2", "six==1.17.0", "requests==2.34.2"),
+        requirements=(  # every package of the environment (resolved on Python 3.10), pinned
+            "paddlelite==2.13rc0", "paddlepaddle==2.6.2", "x2paddle==1.6.0", "onnx==1.17.0", "anyio==4.16.0",
+            "astor==0.8.1", "certifi==2026.10.19.post1", "charset-normalizer==3.5.3", "decorator==5.3.1",
+            "exceptiongroup==1.3.2", "h11==0.16.0", "httpcore==1.0.9", "httpx==0.28.1", "idna==3.20",
+            "mpmath==1.3.0", "numpy==2.2.6", "opt-einsum==3.3.0", "packaging==26.4", "pillow==12.3.0",
+            "protobuf==7.36.2", "requests==2.34.2", "six==1.17.0", "sympy==1.14.0", "typing_extensions==4.16.0",
+            "urllib3==2.8.0",
+        ),
         check="import paddlelite.lite, x2paddle.convert, paddle, onnx",
         purpose="ONNX -> Paddle (x2paddle) -> Paddle Lite .nb (opt), and the Paddle Lite runtime for host checks",
         env=(("GLOG_minloglevel", "2"), ("FLAGS_call_stack_level", "0"), ("PIP_NO_INDEX", "1")),

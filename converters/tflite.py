@@ -32,14 +32,18 @@ from .base import Backend, BuildResult
 TOOLS = Path(__file__).resolve().parent / "tools"
 IO_FILE = "io_layout.json"
 
-# onnx2tf 2.x and its dependencies as resolved together on Python 3.12 (no TensorFlow); ai-edge-quantizer
-# 0.5.1 is the newest release that accepts onnx2tf's ai-edge-litert pin.
+# onnx2tf 2.x and every package it needs, as resolved together on Python 3.12 (no TensorFlow), all pinned
+# and installed from wheels; ai-edge-quantizer 0.5.1 is the newest release that accepts onnx2tf's
+# ai-edge-litert pin.
 REQUIREMENTS = (
-    "onnx2tf==2.6.9", "ai-edge-quantizer==0.5.1", "ai-edge-litert==2.1.2", "onnx==1.20.1", "onnxsim==0.6.5",
-    "onnxruntime==1.26.0", "onnxscript==0.6.2", "onnx-ir==1.1.0", "onnxoptimizer==0.4.2", "numpy==2.2.6",
-    "ml_dtypes==0.5.4", "protobuf==7.35.1", "flatbuffers==25.12.19", "sne4onnx==2.0.1", "sng4onnx==2.0.1",
-    "h5py==3.14.0", "opencv-python==4.13.0.92", "scipy==1.18.1", "absl-py==2.5.1", "immutabledict==4.3.1",
-    "litert-lm-builder==0.18.1", "psutil==5.9.5", "tqdm==4.67.1", "rich==15.0.0", "sympy==1.14.0",
+    "onnx2tf==2.6.9", "ai-edge-quantizer==0.5.1", "ai-edge-litert==2.1.2", "absl-py==2.5.1",
+    "backports.strenum==1.2.8", "flatbuffers==25.12.19", "h5py==3.14.0", "immutabledict==4.3.1", "iniconfig==2.3.1",
+    "litert-lm-builder==0.18.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.5.4", "mpmath==1.3.0",
+    "numpy==2.2.6", "onnx-ir==1.1.0", "onnx==1.20.1", "onnxoptimizer==0.4.2", "onnxruntime==1.26.0",
+    "onnxscript==0.6.2", "onnxsim==0.6.5", "opencv-python==4.13.0.92", "packaging==26.4", "pluggy==1.7.0",
+    "protobuf==7.35.1", "psutil==5.9.5", "Pygments==2.21.0", "pytest==9.0.2", "rich==15.0.0", "scipy==1.18.1",
+    "setuptools==81.0.0", "sne4onnx==2.0.1", "sng4onnx==2.0.1", "sympy==1.14.0", "tomli==2.5.0", "tqdm==4.67.1",
+    "typing_extensions==4.16.0",
 )
 TOOLENV = ToolEnvSpec(
     name="tflite",

@@ -92,11 +92,16 @@ def test_ensure_creates_once_and_spec_change_makes_a_new_env(envroot, tmp_path):
     s2 = spec(check="import json")
     assert s2.digest() != s.digest() and toolenvs.env_dir(s2) != toolenvs.env_dir(s)
     assert not toolenvs.state(s2)["ready"]
-    toolenvs.ensure(s2, log=None)
-    assert toolenvs.state(s2)["ready"] and toolenvs.state(s)["ready"]
+    toolenvs.ensure(s2, log=None)  # the same (no) packages: the existing environment is adopted, not remade
+    assert toolenvs.state(s2)["ready"] and not toolenvs.state(s)["ready"]
     assert spec(purpose="other words").digest() == s.digest()  # the description does not shape the env
+    toolenvs.ensure(s, log=None)
+    assert toolenvs.state(s)["ready"] and not toolenvs.state(s2)["ready"]
+    s3 = spec(requirements=("pip",))  # not fully pinned: never adopted, always made anew
+    toolenvs.ensure(s3, log=None)
+    assert toolenvs.state(s3)["ready"] and toolenvs.state(s)["ready"]
     removed = toolenvs.remove(s)
-    assert len(removed) == 2 and not toolenvs.state(s)["ready"] and not toolenvs.state(s2)["ready"]
+    assert len(removed) == 2 and not toolenvs.state(s)["ready"] and not toolenvs.state(s3)["ready"]
 
 
 def test_failing_install_leaves_nothing(envroot, tmp_path):
@@ -258,3 +263,96 @@ def test_hung_worker_is_killed_at_the_deadline(fake_worker):
         w.run({"x": np.ones(3, np.float32)})
     assert children() == before
     w.close()
+
+
+def test_summary_counts_the_pins():
+    assert toolenvs._summary(("a==1", "b==2", "c==3")) == "a==1 and 2 other packages, all pinned"
+    assert toolenvs._summary(("a==1", "b>=2")) == "a==1 and 1 other packages, 1 of them pinned"
+    assert "not pinned by the spec: x==1" in toolenvs._summary(("a==1",), ["x==1"])
+
+
+def test_an_env_holding_exactly_the_new_pins_is_adopted(envroot):
+    real_python()
+    old = spec()
+    py_old = toolenvs.ensure(old, log=None)
+    new = spec(env=(("EDGEKIT_DEMO", "2"),))  # another digest, the same (no) packages
+    assert new.digest() != old.digest()
+    lines = []
+    py = toolenvs.ensure(new, log=lines.append)
+    assert any("adopted it as" in l for l in lines) and not any("creating" in l for l in lines)
+    assert toolenvs.state(new)["ready"] and not toolenvs.env_dir(old).exists() and py != py_old
+    marker = json.loads((toolenvs.env_dir(new) / toolenvs.MARKER).read_text())
+    assert marker["digest"] == new.digest() and marker["adopted_from"] == toolenvs.env_dir(old).name
+    assert subprocess.run([py, "-c", "import sys"]).returncode == 0
+    # an environment that fails the new spec's check is not adopted (and a new one is tried, here failing too)
+    with pytest.raises(BackendUnavailable, match="check failed"):
+        toolenvs.ensure(spec(check="import module_that_is_not_there"), log=None)
+    assert toolenvs.state(new)["ready"]
+
+
+def test_leftovers_of_killed_creations_are_removed(envroot):
+    real_python()
+    s = spec()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    envroot.mkdir(parents=True)
+    stale = envroot / f".{toolenvs.env_dir(s).name}.tmp-{dead.pid}"
+    older = envroot / f".demo-0123456789ab.tmp-{dead.pid}"
+    alive = envroot / f".demo-0123456789ab.tmp-1"  # pid 1 runs: a creation in progress elsewhere is left alone
+    for d in (stale, older, alive):
+        (d / "bin").mkdir(parents=True)
+    lines = []
+    toolenvs.ensure(s, log=lines.append)
+    assert not stale.exists() and any("left by an interrupted creation" in l for l in lines)
+    removed = toolenvs.remove(s)
+    assert str(older) in removed and not older.exists() and alive.exists()
+
+
+def test_a_second_process_says_it_waits_for_the_lock(envroot):
+    real_python()
+    s = spec()
+    code = ("from edgekit import toolenvs; "
+            "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
+            "(('EDGEKIT_DEMO', '1'),)); toolenvs.ensure(s, log=None)")
+    lock = envroot / f".{toolenvs.env_dir(s).name}.lock"
+    with toolenvs._Lock(lock):
+        p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)))
+        first = p.stderr.readline()
+    rest = p.communicate(timeout=300)[1]
+    assert p.returncode == 0, rest
+    assert first.startswith("waiting for another edgekit creating the demo tool environment"), first
+    assert "creating the demo tool environment" in rest  # creation progress reaches stderr with log=None
+
+
+def test_interrupted_run_tool_stops_the_tool(envroot, tmp_path):
+    import signal
+    import time
+
+    real_python()
+    s = spec()
+    toolenvs.ensure(s, log=None)
+    script = tmp_path / "sleeper.py"
+    script.write_text("import json, os, sys, time\n"
+                      "open(json.load(open(sys.argv[1]))['pidfile'], 'w').write(str(os.getpid()))\n"
+                      "time.sleep(300)\n")
+    pidfile = tmp_path / "tool.pid"
+    code = ("import sys; from edgekit import toolenvs; "
+            "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
+            "(('EDGEKIT_DEMO', '1'),)); "
+            f"toolenvs.run_tool(s, {str(script)!r}, {{'pidfile': {str(pidfile)!r}}}, {str(tmp_path / 'w')!r})")
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)))
+    for _ in range(600):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.1)
+    tool = int(pidfile.read_text())
+    p.send_signal(signal.SIGINT)  # Ctrl-C: the tool runs in its own session, so only edgekit gets it
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
+    for _ in range(50):
+        if not Path(f"/proc/{tool}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{tool}").exists(), "the converter outlived the interrupted edgekit"

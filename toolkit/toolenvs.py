@@ -5,15 +5,18 @@ the user's environment (onnx2tf 2.x needs Python >= 3.12; Paddle Lite's wheels s
 3.10). A backend declares what it needs as a :class:`ToolEnvSpec`; :func:`ensure`
 creates a virtual environment for it on first use, under :func:`root`, in a directory
 named by the spec's name and a short hash of the spec (so a changed spec gets a new
-environment). Creation happens in a temporary sibling directory that is renamed into
-place only after pip and the spec's ``check`` succeeded, under an ``fcntl`` lock, so a
-failed or concurrent creation never leaves a half-made environment behind.
+environment). A spec pins every package the environment holds (its dependencies
+included), and pip installs wheels only. Creation happens in a temporary sibling directory
+that is renamed into place only after pip and the spec's ``check`` succeeded, under a file
+lock, so a failed or concurrent creation never leaves a half-made environment behind (the
+temporary directories of killed creations are removed by the next one). When a spec changes
+but an existing environment of the same name already holds exactly the new pins, it is
+adopted (renamed and re-marked) instead of being installed again.
 
 Converter scripts run in an environment with :func:`run_tool`: a standalone file that
 reads ``request.json`` and writes ``result.json`` in a work directory.
 """
 
-import fcntl
 import glob
 import hashlib
 import json
@@ -22,6 +25,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -37,7 +41,7 @@ MARKER = "edgekit-toolenv.json"
 class ToolEnvSpec:
     name: str            # "tflite", "paddlelite", "mindspore-lite"
     pythons: tuple       # acceptable interpreter versions, best first, e.g. ("3.12", "3.13")
-    requirements: tuple  # pinned pip requirements
+    requirements: tuple  # every package of the environment, pinned ("name==version"), dependencies included
     check: str           # Python code run in the env after install; must exit 0
     purpose: str         # one line for doctor and messages
     env: tuple = ()      # extra environment variables for every run in this env: ((KEY, VALUE), ...)
@@ -121,11 +125,18 @@ def _read_marker(d: Path):
         return None
 
 
-def _summary(requirements):
+def _summary(requirements, unpinned=()):
     if not requirements:
         return "no packages"
-    more = f" and {len(requirements) - 1} pinned dependencies" if len(requirements) > 1 else ""
-    return requirements[0] + more
+    pinned = [r for r in requirements if "==" in r]
+    n = len(requirements)
+    if len(pinned) == n:
+        what = f"{requirements[0]} and {n - 1} other packages, all pinned" if n > 1 else f"{requirements[0]} (pinned)"
+    else:
+        what = f"{requirements[0]} and {n - 1} other packages, {len(pinned)} of them pinned"
+    if unpinned:
+        what += f"; also installed, not pinned by the spec: {', '.join(unpinned)}"
+    return what
 
 
 def state(spec) -> dict:
@@ -138,7 +149,7 @@ def state(spec) -> dict:
     if marker and marker.get("digest") == spec.digest() and py.exists():
         info.update(ready=True, python=str(py), python_version=marker.get("python_version"),
                     detail=f"ready: Python {marker.get('python_version')}, "
-                           f"{_summary(spec.requirements)} in {d}")
+                           f"{_summary(spec.requirements, marker.get('unpinned') or ())} in {d}")
         return info
     try:
         base = find_python(spec)
@@ -158,18 +169,152 @@ def state(spec) -> dict:
 
 # -- creation ---------------------------------------------------------------------
 class _Lock:
-    def __init__(self, path: Path):
-        self.path = path
+    """An exclusive lock on ``path`` (flock; msvcrt where there is no fcntl). ``waiting(msg)`` is told when another
+    process holds it."""
+
+    def __init__(self, path: Path, waiting=None, what=""):
+        self.path, self.waiting, self.what = path, waiting, what
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open(self.path, "a+")
-        fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            import msvcrt
+
+            self._unlock = lambda: msvcrt.locking(self.f.fileno(), msvcrt.LK_UNLCK, 1)
+            self.f.seek(0)
+            while True:
+                try:
+                    msvcrt.locking(self.f.fileno(), msvcrt.LK_NBLCK, 1)
+                    return self
+                except OSError:
+                    self._tell_waiting()
+                    time.sleep(1)
+        self._unlock = lambda: fcntl.flock(self.f.fileno(), fcntl.LOCK_UN)
+        try:
+            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._tell_waiting()
+            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
         return self
 
+    def _tell_waiting(self):
+        if self.waiting:
+            self.waiting(f"waiting for another edgekit creating {self.what or 'this tool environment'} "
+                         f"(lock {self.path})")
+            self.waiting = None
+
     def __exit__(self, *exc):
-        fcntl.flock(self.f.fileno(), fcntl.LOCK_UN)
+        self._unlock()
         self.f.close()
+
+
+def _stderr(msg):
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _remove_stale_tmp(env_name):
+    """Delete ``.ENV.tmp-PID`` directories whose creator is gone (killed creations). Call with ENV's lock held."""
+    removed = []
+    for x in glob.glob(str(root() / f".{env_name}.tmp-*")):
+        pid = x.rsplit("-", 1)[-1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+            shutil.rmtree(x, ignore_errors=True)
+            removed.append(x)
+    return removed
+
+
+def _norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(python):
+    """``{normalized name: version}`` of what the environment of ``python`` holds (pip itself left out)."""
+    r = subprocess.run([str(python), "-I", "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        return None
+    out = {}
+    for line in r.stdout.splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            out[_norm(name.strip())] = version.strip()
+    out.pop("pip", None)
+    return out
+
+
+def _pins(spec):
+    return {_norm(r.split("==", 1)[0]): r.split("==", 1)[1].strip() for r in spec.requirements if "==" in r}
+
+
+def _unpinned(spec, have):
+    """Installed packages the spec does not pin (setuptools/wheel that venv itself put there do not count)."""
+    pins = _pins(spec)
+    return sorted(f"{n}=={v}" for n, v in have.items() if n not in pins and n not in ("setuptools", "wheel"))
+
+
+def _relocate(d: Path):
+    """Point the console scripts of an environment made or renamed into ``d`` (their ``#!`` names the directory they
+    were installed in: the temporary one, or the adopted environment's) at ``d``'s interpreter."""
+    where = re.compile(rb"#!" + re.escape(str(root()).encode()) + rb"/[^/\s]+(/bin/python[0-9.]*)")
+    for f in (d / "bin").iterdir() if (d / "bin").is_dir() else ():
+        try:
+            if f.is_symlink() or not f.is_file() or f.stat().st_size > 1 << 20:
+                continue
+            data = f.read_bytes()
+            m = where.match(data)
+            if m and not data.startswith(b"#!" + str(d).encode() + b"/"):
+                f.write_bytes(b"#!" + str(d).encode() + m.group(1) + data[m.end():])
+        except OSError:
+            pass
+
+
+def _adopt(spec, d: Path, log):
+    """Rename an existing environment of ``spec.name`` whose installed packages are exactly ``spec``'s pins (and whose
+    interpreter is one the spec accepts, and which passes its check) into ``d``. Returns True if one was adopted."""
+    pins = _pins(spec)
+    if len(pins) != len(spec.requirements):  # only a fully pinned spec says exactly what an environment must hold
+        return False
+    for x in sorted(glob.glob(str(root() / f"{spec.name}-*"))):
+        other = Path(x)
+        if other == d or not re.fullmatch(re.escape(spec.name) + r"-[0-9a-f]{12}", other.name):
+            continue
+        marker = _read_marker(other)
+        py = _env_python(other)
+        if not marker or not py.exists() or not any(_version_ok(marker.get("python_version", ""), v) for v in spec.pythons):
+            continue
+        with _Lock(root() / f".{other.name}.lock"):
+            have = installed(py)
+            if have is None or {n: v for n, v in have.items() if n in pins} != pins or _unpinned(spec, have):
+                continue
+            r = subprocess.run([str(py), "-I", "-c", spec.check], capture_output=True, text=True,
+                               env=dict(os.environ, **dict(spec.env)))
+            if r.returncode != 0:
+                continue
+            marker.update(name=spec.name, digest=spec.digest(), spec=asdict(spec), adopted_from=other.name,
+                          adopted=time.strftime("%Y-%m-%dT%H:%M:%S"), unpinned=[])
+            (other / MARKER).write_text(json.dumps(marker, indent=2, default=list))
+            if d.exists():  # a leftover without a valid marker
+                shutil.rmtree(d)
+            os.rename(other, d)
+            _relocate(d)
+        log(f"{spec.name} tool environment: {other.name} already holds exactly the new spec's {len(pins)} pinned "
+            f"packages; adopted it as {d.name} (nothing installed)")
+        return True
+    return False
 
 
 _PROGRESS = re.compile(r"^(Collecting|Downloading|Using cached|Installing collected|Successfully installed|Building wheel)")
@@ -188,14 +333,21 @@ def _run_logged(cmd, log, tail, env=None):
 
 
 def ensure(spec, log=print) -> str:
-    """The environment's python executable; creates the environment first if missing or its spec changed."""
-    log = log or (lambda m: None)
+    """The environment's python executable; creates the environment first if missing or its spec changed.
+
+    ``log=None`` still reports creation (minutes, once) and waiting for another process's creation on stderr.
+    """
+    log = log or _stderr
     d = env_dir(spec)
     py = _env_python(d)
     if state(spec)["ready"]:
         return str(py)
-    with _Lock(root() / f".{d.name}.lock"):
+    with _Lock(root() / f".{d.name}.lock", waiting=log, what=f"the {spec.name} tool environment"):
         if state(spec)["ready"]:  # another process made it while we waited
+            return str(py)
+        for x in _remove_stale_tmp(d.name):
+            log(f"removed {x}, left by an interrupted creation")
+        if _adopt(spec, d, log):
             return str(py)
         base = find_python(spec)
         version = _probe(base)[1]
@@ -210,14 +362,18 @@ def ensure(spec, log=print) -> str:
                 raise BackendUnavailable(f"could not create a virtual environment with {base} (is its venv/ensurepip "
                                          f"module installed?):\n  " + "\n  ".join(tail) + f"\nretry: {retry}")
             tpy = str(_env_python(tmp))
+            unpinned = []
             if spec.requirements:
-                cmd = [tpy, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *spec.requirements]
+                cmd = [tpy, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--only-binary=:all:",
+                       *spec.requirements]
                 env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
                 if _run_logged(cmd, log, tail, env=env) != 0:
                     raise BackendUnavailable(
                         f"installing the {spec.name} tool environment failed; pip said:\n  " + "\n  ".join(tail)
                         + f"\nnothing was kept. Retry with `{retry}` (pip command: "
-                        + " ".join(["python -m pip install"] + [f"'{r}'" for r in spec.requirements]) + ")")
+                        + " ".join(["python -m pip install --only-binary=:all:"] + [f"'{r}'" for r in spec.requirements])
+                        + ")")
+                unpinned = _unpinned(spec, installed(tpy) or {})
             tail.clear()
             r = subprocess.run([tpy, "-I", "-c", spec.check], capture_output=True, text=True,
                                env=dict(os.environ, **dict(spec.env)))
@@ -227,20 +383,24 @@ def ensure(spec, log=print) -> str:
                                          f"({spec.check!r}):\n  " + "\n  ".join(lines) + f"\nnothing was kept; retry: {retry}")
             marker = {"name": spec.name, "digest": spec.digest(), "spec": asdict(spec), "python_version": version,
                       "base_python": base, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "install_seconds": round(time.monotonic() - t0, 1)}
+                      "install_seconds": round(time.monotonic() - t0, 1), "unpinned": unpinned}
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, default=list))
             if d.exists():  # a leftover without a valid marker
                 shutil.rmtree(d)
             os.rename(tmp, d)
+            _relocate(d)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        if unpinned:
+            log(f"note: pip also installed packages the {spec.name} spec does not pin: {', '.join(unpinned)}")
         log(f"{spec.name} tool environment ready in {time.monotonic() - t0:.0f} s: {d}")
     return str(py)
 
 
 def remove(spec):
-    """Delete every environment of ``spec.name`` (this spec's and older ones). Returns the removed paths."""
+    """Delete every environment of ``spec.name`` (this spec's and older ones) and the temporary directories of killed
+    creations. Returns the removed paths."""
     removed = []
     for x in sorted(glob.glob(str(root() / f"{spec.name}-*"))):
         p = Path(x)
@@ -248,6 +408,11 @@ def remove(spec):
             with _Lock(root() / f".{p.name}.lock"):
                 shutil.rmtree(p, ignore_errors=True)
             removed.append(str(p))
+    names = {m.group(1) for m in (re.fullmatch(r"\.(" + re.escape(spec.name) + r"-[0-9a-f]{12})\.tmp-\d+", Path(x).name)
+                                  for x in glob.glob(str(root() / f".{spec.name}-*.tmp-*"))) if m}
+    for name in sorted(names):
+        with _Lock(root() / f".{name}.lock"):
+            removed += _remove_stale_tmp(name)
     return removed
 
 
@@ -258,7 +423,7 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
     stderr lines stream to ``log``; stdout goes to ``<script>.stdout.log`` in ``workdir``.
     Returns the parsed result.json; a failure or timeout raises ConversionError.
     """
-    py = ensure(spec, log=log or print)
+    py = ensure(spec, log=None)  # creation progress on stderr even when the tool's own chatter is not wanted
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     req, res = workdir / "request.json", workdir / "result.json"
@@ -286,12 +451,12 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            t.join(5)
-            proc.stderr.close()
+            _killpg(proc, t)
             raise ConversionError(f"{spec.name}: step {step!r} did not finish within {timeout} s and was stopped; "
                                   f"last output:\n  " + "\n  ".join(list(tail)[-10:])) from None
+        except BaseException:  # Ctrl-C, SIGTERM turned into an exception, ...: the tool (its own session) stops too
+            _killpg(proc, t)
+            raise
         t.join(30)
         proc.stderr.close()
 
@@ -311,6 +476,16 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
         return json.loads(res.read_text())
     except (OSError, ValueError) as e:
         raise ConversionError(f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}") from None
+
+
+def _killpg(proc, reader):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    reader.join(5)
+    proc.stderr.close()
 
 
 # -- backends and their environments (``edgekit backends``) ------------------------
