@@ -4,6 +4,7 @@ transposed by the runner, weight quantization refused."""
 
 import json
 import platform
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from edgekit.converters import get
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="the mindspore-lite wheel on PyPI is for Linux x86_64")
 BE = get("mindspore-lite")
+BE_TOOLS = Path(__file__).resolve().parent.parent / "converters" / "tools"
 OUT = "save_infer_model/scale_0.tmp_1"
 
 
@@ -94,3 +96,46 @@ def test_weight_quantization_is_refused_clearly(env_python, tmp_path, tiny_model
         assert not out.exists()
     p = _build(tiny_model, "--profile", "host", "--precision", "int8-weights", "-o", tmp_path / "w", check=1)
     assert "Prepare kernels failed" in p.stderr  # the reason: such a .ms does not load
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_hardsigmoid_rewrite_keeps_the_values_in_both_clip_forms(tmp_path, opset):
+    """Clip takes its bounds as inputs from opset 11 and as attributes before: the rewrite writes the form of the
+    model's opset, and the rewritten model computes what HardSigmoid did (run by onnxruntime)."""
+    import importlib.util
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    spec = importlib.util.spec_from_file_location("mindspore_convert", BE_TOOLS / "mindspore_convert.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    node = helper.make_node("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)
+    g = helper.make_graph([node], "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+    x = np.linspace(-6, 6, 16, dtype=np.float32).reshape(2, 8)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert tool.rewrite_hardsigmoid(model) == 1
+    onnx.checker.check_model(model, full_check=True)
+    clip = [n for n in model.graph.node if n.op_type == "Clip"][0]
+    assert len(clip.input) == (3 if opset >= 11 else 1)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(got - want).max() < 1e-6 and want.min() == 0.0 and want.max() == 1.0
+
+
+def test_opset10_hardsigmoid_model_converts_and_matches(env_python, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], strides=[1, 1], dilations=[1, 1], group=1),
+             helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.2, beta=0.5)]
+    g = helper.make_graph(nodes, "hs10", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    src = tmp_path / "hs10.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)], ir_version=6), str(src))
+    r = _build(src, "--profile", "host", "--precision", "fp32", "-o", tmp_path / "out")
+    assert r["mindspore_lite"]["hardsigmoid_rewritten"] == 1
+    assert r["fidelity"]["steps"][0]["outputs"]["y"]["max_abs"] < 1e-4

@@ -5,7 +5,8 @@ result.json``. Standalone: stdlib + the environment's packages (mindspore_lite, 
 
 - MindSpore Lite 2.0.0 converts ONNX ``HardSigmoid`` as ``relu6(x + 3) / 6`` whatever its
   ``alpha``/``beta`` (measured: PP-OCR cls, exported from Paddle with alpha 0.2, is off by up to
-  0.43 in its softmax). Such nodes are first rewritten to ``Clip(x * alpha + beta, 0, 1)``.
+  0.43 in its softmax). Such nodes are first rewritten to ``Clip(x * alpha + beta, 0, 1)`` (Clip's
+  bounds are inputs from opset 11 on, attributes before).
 - The converted model takes NHWC where the ONNX model took NCHW; the result lists the .ms
   inputs' shapes so the build can record the layout for the runner.
 
@@ -24,6 +25,7 @@ def rewrite_hardsigmoid(model):
     from onnx import helper, numpy_helper
 
     g = model.graph
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [11])
     nodes, count = [], 0
     for k, n in enumerate(g.node):
         if n.op_type != "HardSigmoid":
@@ -32,11 +34,13 @@ def rewrite_hardsigmoid(model):
         attrs = dict((a.name, helper.get_attribute_value(a)) for a in n.attribute)
         alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
         p = "edgekit_hsig%d_" % k
-        for name, v in (("alpha", alpha), ("beta", beta), ("lo", 0.0), ("hi", 1.0)):
+        bounds = (("lo", 0.0), ("hi", 1.0)) if opset >= 11 else ()
+        for name, v in (("alpha", alpha), ("beta", beta)) + bounds:
             g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), p + name))
+        clip = (helper.make_node("Clip", [p + "add", p + "lo", p + "hi"], [n.output[0]]) if opset >= 11 else
+                helper.make_node("Clip", [p + "add"], [n.output[0]], min=0.0, max=1.0))  # opset 6-10: attributes
         nodes += [helper.make_node("Mul", [n.input[0], p + "alpha"], [p + "mul"]),
-                  helper.make_node("Add", [p + "mul", p + "beta"], [p + "add"]),
-                  helper.make_node("Clip", [p + "add", p + "lo", p + "hi"], [n.output[0]])]
+                  helper.make_node("Add", [p + "mul", p + "beta"], [p + "add"]), clip]
         count += 1
     del g.node[:]
     g.node.extend(nodes)
