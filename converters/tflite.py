@@ -161,49 +161,79 @@ class TFLiteBackend(Backend):
         return [model.run(feed) for feed in samples]
 
     def runner(self, model_path, threads=None):
-        """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT)."""
-        path = self._fp32_for.get(str(model_path), model_path)
-        if str(path).endswith(".onnx"):
-            sess = self._ort(path, threads)
-            return lambda feed: sess.run(None, feed)
+        """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT): the one this
+        build made, else one converted now (e.g. the unpruned model of a pruned build). Close it when done."""
+        from .toolworker import HostRunner
+
+        path, cleanup = model_path, []
+        if str(model_path).endswith(".onnx"):
+            path = self._fp32_for.get(str(Path(model_path).resolve()))
+            if path is None:
+                import shutil
+                import tempfile
+
+                tmp = Path(tempfile.mkdtemp(prefix="edgekit-tflite-timing-"))
+                cleanup.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+                try:
+                    path = self.convert_fp32(model_path, tmp)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
         model = self._model(path, threads)
-        return model.run
+        return HostRunner(model.run, cleanup + [model.close], runtime=self.runtime)
+
+    def _convert(self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None):
+        import numpy as np
+
+        from edgekit import toolenvs
+
+        work.mkdir(parents=True, exist_ok=True)
+        np.savez(work / "probe.npz", **probe)
+        request = {
+            "step": f"onnx2tf + ai-edge-quantizer ({precision})",
+            "onnx": str(onnx_path),
+            "precision": precision,
+            "inputs": [{"name": s.name, "shape": s.shape} for s in specs],
+            "outputs": [{"name": s.name} for s in outputs],
+            "probe": str(work / "probe.npz"),
+            "threads": threads,
+        }
+        if calib is not None:
+            np.savez(work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples])
+                                            for s in specs})
+            request["calib"] = str(work / "calib.npz")
+        res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
+        (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
+        self._fp32_for[str(Path(onnx_path).resolve())] = Path(res["fp32"])
+        return res
+
+    def convert_fp32(self, onnx_path, workdir):
+        """``onnx_path`` as an FP32 .tflite in ``workdir`` (for timing a reference this build did not convert)."""
+        from edgekit.model import load_model
+
+        src = load_model(onnx_path)
+        res = self._convert(onnx_path, Path(workdir), "fp32", src.inputs, src.outputs, _structured_probe(src.inputs),
+                            _threads(None), log=None)
+        return Path(res["fp32"])
 
     # -- conversion -------------------------------------------------------------------
     def build(self, ctx):
-        import numpy as np
-
         from edgekit import toolenvs
 
         if ctx.precision == "int8":
             ctx.require_calibration("int8 quantization", "fp32/fp16/int8-dynamic")
         work = Path(ctx.workdir) / "tflite"
-        work.mkdir(parents=True, exist_ok=True)
         specs = ctx.source.inputs
         evaluation = getattr(ctx, "evaluation", None)
         real = ctx.calib if ctx.calib is not None and not ctx.calib.synthetic else (
             evaluation if evaluation is not None and not evaluation.synthetic else None)
         probe = real.samples[0] if real is not None else _structured_probe(specs)
-        np.savez(work / "probe.npz", **probe)
-        request = {
-            "step": f"onnx2tf + ai-edge-quantizer ({ctx.precision})",
-            "onnx": str(ctx.reference_path),
-            "precision": ctx.precision,
-            "inputs": [{"name": s.name, "shape": s.shape} for s in specs],
-            "outputs": [{"name": s.name} for s in ctx.source.outputs],
-            "probe": str(work / "probe.npz"),
-            "threads": _threads(ctx.profile.threads if ctx.profile.name == "host" else None),
-        }
-        if ctx.precision == "int8":
-            np.savez(work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in ctx.calib.samples])
-                                            for s in specs})
-            request["calib"] = str(work / "calib.npz")
         t0 = time.perf_counter()
-        res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=ctx.log)
+        res = self._convert(ctx.reference_path, work, ctx.precision, specs, ctx.source.outputs, probe,
+                            _threads(ctx.profile.threads if ctx.profile.name == "host" else None), ctx.log,
+                            calib=ctx.calib if ctx.precision == "int8" else None)
         seconds = round(time.perf_counter() - t0, 2)
-        (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
         fp32, model_file = Path(res["fp32"]), Path(res["model"])
-        self._fp32_for[str(ctx.reference_path)] = fp32
         ctx.check("fp32 (ONNX -> TFLite, onnx2tf)", fp32)
         quant = res.get("quantization")
         if ctx.precision != "fp32":

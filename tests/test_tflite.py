@@ -149,3 +149,18 @@ def test_backends_cli_lists_tflite_env():
     assert rows["tflite"]["precisions"] == ["fp32", "fp16", "int8-dynamic", "int8"]
     p = run_cli("backends", "install", "ort", check=1)
     assert "has no tool environment" in p.stderr
+
+
+def test_an_unconverted_reference_is_timed_in_litert_too(ppocr_int8, tmp_path):
+    """The unpruned reference of a pruned build is not what the build converted: host timing converts it to an
+    FP32 .tflite instead of timing it in onnxruntime, and names both runtimes."""
+    from edgekit.builder import _time_on_host
+    from edgekit.model import load_model
+
+    out, _, _ = ppocr_int8
+    ref = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(tmp_path / "reference.onnx")
+    with np.load(out / "sample_inputs.npz") as z:
+        feed = {k: z[k] for k in z.files}
+    hl = _time_on_host(tflite.BACKEND, ref, out / "model.tflite", feed, 1, rounds=1, runs=3)
+    assert hl["runtimes"] == {"reference": "ai-edge-litert", "built": "ai-edge-litert"}
+    assert hl["reference_p50_ms"] > 0 and hl["built_p50_ms"] > 0
