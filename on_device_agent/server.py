@@ -392,6 +392,22 @@ def unload_model(h, name):
     return {"name": name, "unloaded": True}
 
 
+@route("DELETE", "/v1/models/([^/]+)")
+def remove_model(h, name):
+    h.body()
+    with h.agent._load_lock(name):
+        with h.agent.lock:
+            model = h.agent.loaded.pop(name, None)
+            h.agent._remember()
+        if model is not None:
+            with model.lock:
+                model.runner.close()
+        result = h.agent.store.remove(name)
+    if h.agent.recorder:
+        h.agent.recorder.event("remove", name, None, {})
+    return result
+
+
 OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing"}
 
 

@@ -320,6 +320,18 @@ class Store(object):
         with open(os.path.join(d, "manifest.json")) as f:
             return version, d, json.load(f)
 
+    def remove(self, name):
+        """Delete a model and every version kept of it (its directory is moved aside, then removed)."""
+        with self._lock:
+            d = self._model_dir(name)
+            if not os.path.isdir(d):
+                raise StoreError("unknown model %r (installed: %s)" % (name, ", ".join(self.names()) or "none"), 404)
+            gone = os.path.join(self.models_dir, ".removed-%s-%d" % (name, os.getpid()))
+            os.rename(d, gone)
+            fsync_dir(self.models_dir)
+        shutil.rmtree(gone, ignore_errors=True)
+        return {"name": name, "removed": True}
+
     def names(self):
         return sorted(n for n in os.listdir(self.models_dir) if os.path.islink(os.path.join(self.models_dir, n, "current")))
 

@@ -52,6 +52,9 @@ def test_auto_on_two_backends_end_to_end(tmp_path, split_lines):
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["name"] == "ppocr_mobile_v2_cls" and manifest["backend"] == winner["backend"]
         assert (tmp_path / "cls-candidates" / winner["label"] / "manifest.json").is_file()
+        # The candidates were measured, then taken off the device again.
+        left = one_json(run_cli("models", "--local", "--device-root", root, "--json", check=0).stdout)["models"]
+        assert left == []
         # A second run rebuilds nothing.
         again = one_json(run_cli(*args, "--json", check=0).stdout)["auto"]
         assert all(c["cache_hit"] for c in again["candidates"] if c["status"] in ("measured", "rejected"))

@@ -117,6 +117,9 @@ def test_rollback_and_models_commands(tmp_path, two_builds):
         assert "unknown model" in p.stderr
         text = run_cli("models", *where, check=0).stdout
         assert "tiny" in text and v8 + "*" in text
+        run_cli("models", "--remove", "tiny", *where, check=0)
+        assert one_json(run_cli("models", *where, "--json", check=0).stdout)["models"] == []
+        assert "unknown model" in run_cli("models", "--remove", "tiny", *where, check=5).stderr
     finally:
         stop_agent(sys.executable, root)
 

@@ -113,38 +113,51 @@ def _build_all(model, prof, cands, workdir, build_kwargs, jobs, log):
 
 
 def _measure(built, device_url, prof, runs, warmup, rounds, device_python, device_root, log):
-    """Deploy every built candidate, then benchmark them round-robin so drift hits all alike."""
+    """Deploy every built candidate, then benchmark them round-robin so drift hits all alike.
+
+    One connection to the device serves every candidate; only on the local machine does a
+    backend whose runtime lives in a tool environment get its own agent (its own Python).
+    Candidates are removed from the device afterwards (the winner is deployed by the user).
+    """
     from .deployer import deploy, open_device
     from .fleet import parse_url
 
     kind, target, opts = parse_url(device_url)
     devices = {}
+
+    def device_for(c):
+        key = c["backend"] if kind == "local" else "-"
+        if key not in devices:
+            devices[key] = open_device(kind, target, profile=prof, device_python=device_python,
+                                       device_root=device_root, backend=c["backend"] if kind == "local" else None,
+                                       **opts)
+        return devices[key]
+
+    description = device_url
     try:
         for c in built:
-            key = c["backend"]
-            if key not in devices:
-                devices[key] = open_device(kind, target, profile=prof, device_python=device_python,
-                                           device_root=device_root, backend=c["backend"], **opts)
-            dev = devices[key]
             try:
+                dev = device_for(c)
+                description = dev.transport.description
                 deploy(c["bundle"], dev, bench=False)
+                c["deployed_to"] = dev
             except EdgekitError as e:
                 c.update(status="failed", reason=f"deploy failed: {e}")
-        live = [c for c in built if c["status"] == "built"]
-        p50s = {c["label"]: [] for c in live}
+        p50s = {c["label"]: [] for c in built}
         last = {}
         for r in range(rounds):
-            for c in live:
+            for c in built:
+                if c["status"] != "built":
+                    continue  # failed in an earlier round: not measured again
                 try:
-                    rep = devices[c["backend"]].bench(c["name"], runs=runs, warmup=warmup)
+                    rep = c["deployed_to"].bench(c["name"], runs=runs, warmup=warmup)
                 except EdgekitError as e:
                     c.update(status="failed", reason=f"benchmark failed on the device: {e}")
                     continue
                 p50s[c["label"]].append(rep["latency_ms"]["p50"])
                 last[c["label"]] = rep
             log(f"  round {r + 1}/{rounds} measured")
-        description = next(iter(devices.values())).transport.description if devices else device_url
-        for c in live:
+        for c in built:
             if c["status"] != "built" or not p50s[c["label"]]:
                 continue
             rep = last[c["label"]]
@@ -154,8 +167,17 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
                      p90_ms=rep["latency_ms"].get("p90"), accelerator=rep.get("accelerator"),
                      runtime=f"{rep.get('backend', c['backend'])} {rep.get('runtime_version', '')}".strip(),
                      threads=rep.get("threads"))
+        for c in built:
+            dev = c.pop("deployed_to", None)
+            if dev is not None:
+                try:
+                    dev.remove(c["name"])
+                except EdgekitError as e:
+                    log(f"  could not remove candidate {c['name']} from the device: {e}")
         return description
     finally:
+        for c in built:
+            c.pop("deployed_to", None)
         for dev in devices.values():
             dev.close()
 
@@ -196,13 +218,15 @@ def choose(cands):
     close = [c for c in front if c["p50_ms"] <= fastest["p50_ms"] / SLOWER]
     winner = min(close, key=lambda c: (c["size_bytes"], c["p50_ms"]))
     base = by_key.get((winner["backend"], "fp32", 0.0))
-    reason = (f"{winner['label']}: fastest on the device among the {len(alive)} candidates that kept fidelity "
-              f"({winner['p50_ms']:.3f} ms p50")
+    if winner is fastest:
+        lead = f"fastest on the device among the {len(alive)} candidates that kept fidelity"
+    else:
+        lead = (f"the smallest of the front's candidates within 5 % of the fastest ({fastest['label']}, "
+                f"{fastest['p50_ms']:.3f} ms) on the device, among {len(alive)} that kept fidelity")
+    reason = f"{winner['label']}: {lead} ({winner['p50_ms']:.3f} ms p50"
     if base is not None and base is not winner:
         reason += f", {base['p50_ms'] / winner['p50_ms']:.2f}x {base['label']}"
     reason += f"; {winner['size_bytes'] / 1024:.0f} KB; {winner['quality_metric']} {winner['quality']})"
-    if winner is not fastest:
-        reason += f"; {fastest['label']} was within 5 % in speed but larger"
     return front, winner, reason
 
 

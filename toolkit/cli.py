@@ -277,6 +277,10 @@ def cmd_rollback(args):
 def cmd_models(args):
     with _device(args) as dev:
         dev.ensure_agent()
+        if args.remove:
+            result = dev.remove(args.remove)
+            _emit(args, result, lambda d: f"removed {d['name']} and every version kept of it\n")
+            return 0
         models = dev.models()
         where = dev.transport.description
 
@@ -497,6 +501,7 @@ def parser():
     s.set_defaults(func=cmd_rollback)
 
     s = sub.add_parser("models", help="list the models a device serves, with the versions it keeps")
+    s.add_argument("--remove", metavar="NAME", help="unload NAME and delete every version the device keeps of it")
     _device_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_models)

@@ -193,6 +193,9 @@ class Device:
     def models(self):
         return self.call("listing models", self.client.models)
 
+    def remove(self, name):
+        return self.call(f"removing {name}", self.client.remove, name)
+
     def bench(self, name, runs=100, warmup=10, threads=None, providers=None):
         return self.call(f"benchmarking {name}", self.client.bench, name, runs=runs, warmup=warmup, threads=threads,
                          providers=providers, timeout=900)

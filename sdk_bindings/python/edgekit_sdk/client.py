@@ -164,6 +164,10 @@ class AgentClient(object):
         """Serve the previous kept version again, or ``version`` if the device keeps it."""
         return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
 
+    def remove(self, name):
+        """Unload a model and delete every version the device keeps of it."""
+        return self.request("DELETE", "/v1/models/%s" % name)
+
     def begin_upload(self, name, version, manifest):
         return self.request("POST", "/v1/bundles/%s/%s" % (name, version), manifest)
 
