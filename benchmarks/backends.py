@@ -18,7 +18,8 @@ import _common as C
 
 NAME = "backends"
 PRECISIONS = {"ort": ["fp32", "fp16", "int8"], "openvino": ["fp32", "fp16", "int8", "int8-weights"],
-              "mnn": ["fp32", "fp16", "int8-weights", "int4-weights", "int8"]}
+              "mnn": ["fp32", "fp16", "int8-weights", "int4-weights", "int8"],
+              "tflite": ["fp32", "fp16", "int8-dynamic", "int8"]}
 
 
 def bare_p50(be, model_path, feed, threads, runs):
@@ -37,7 +38,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--runs", type=int, default=150)
-    ap.add_argument("--backends", default="ort,openvino,mnn")
+    ap.add_argument("--backends", default="ort,openvino,mnn,tflite")
+    ap.add_argument("--results", default=NAME, help="results file name (benchmarks/results/NAME.json)")
     args = ap.parse_args(argv)
 
     import edgekit
@@ -99,7 +101,7 @@ def main(argv=None):
                          f"acc {m.get('accuracy', float('nan')):.2f}% (fp32 {m.get('accuracy_reference', float('nan')):.2f}%)"
                          f", top-1 {100 * m.get('top1_agreement', float('nan')):.1f}%"
                          + ("" if r["fidelity"]["passed"] else ", BELOW GATE")])
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "results": results})
+    C.write_results(args.results, {"benchmark": NAME, "environment": env, "results": results})
     print(f"### PP-OCR cls per backend and precision (host profile, 1 thread, {env['cpu_count']}-core "
           f"{env['machine']}, {args.rounds} interleaved rounds of {args.runs} runs; a round pairs one agent bench with one bare loop)\n")
     print(C.table(["backend", "precision", "size KB", "agent p50 ms (range)", "bare runtime p50 ms",
