@@ -23,7 +23,9 @@ longer message. Channel 0 carries HELLO/BYE; the host opens the others for a com
 (RUN -> OUT/ERR.../EXIT), a file upload (PUT_OPEN -> PUT_STATE, PUT_START, PUT_DATA...,
 PUT_END -> PUT_DONE; a ``.part`` left by an interrupted upload is resumed when its
 prefix hash matches) or a TCP stream to the device's loopback (TCP_OPEN -> TCP_OK |
-TCP_FAIL, then TCP_DATA... and TCP_FIN both ways).
+TCP_FAIL, then TCP_DATA... and TCP_FIN both ways; TCP_ACK tells the sender how many bytes were
+written out to the socket, and a sender keeps at most STREAM_WINDOW bytes unacknowledged, so a
+socket that does not read holds up only its own stream).
 """
 
 import collections
@@ -40,7 +42,7 @@ import threading
 import time
 import zlib
 
-PROTOCOL = 1
+PROTOCOL = 2
 FLAG = 0x7E
 ESC = 0x7D
 ESCAPED = (0x7D, 0x7E, 0x03, 0x11, 0x13)  # 0x7D first: later replacements insert it
@@ -54,8 +56,10 @@ MAX_RTO = 8.0
 MAX_RETRIES = 7
 
 (HELLO, BYE, BYE_OK, RUN, OUT, ERR, EXIT, PUT_OPEN, PUT_STATE, PUT_START, PUT_DATA, PUT_END, PUT_DONE,
- TCP_OPEN, TCP_OK, TCP_FAIL, TCP_DATA, TCP_FIN, FAIL) = range(1, 20)
+ TCP_OPEN, TCP_OK, TCP_FAIL, TCP_DATA, TCP_FIN, FAIL, TCP_ACK) = range(1, 21)
 MORE = 0x80
+STREAM_WINDOW = 256 * 1024  # bytes of a TCP stream that may be sent and not yet written out on the other end
+STREAM_ACK_EVERY = 32 * 1024  # a TCP_ACK (u32: bytes written) after this many; must not exceed the window
 HEADER = struct.Struct(">BH")
 MAX_BODY = MAX_PAYLOAD - HEADER.size
 
@@ -355,10 +359,22 @@ class Link:
 
 
 class _Stream:
+    """One TCP stream's socket on this end. What the other end sends waits in ``outbox`` for the stream's
+    writer thread, so a socket that does not take data holds up nothing else; the other end keeps at most
+    ``STREAM_WINDOW`` bytes unwritten here (``in_flight`` on its side, lowered by TCP_ACK)."""
+
     def __init__(self, sock):
         self.sock = sock
         self.fin_sent = False
         self.fin_received = False
+        self.closed = False
+        self.broken = False  # writing to the socket failed: what still arrives is acknowledged and dropped
+        self.writing = False
+        self.cond = threading.Condition()
+        self.outbox = collections.deque()  # bytes for the socket; None: the other end's FIN, after its data
+        self.queued = 0
+        self.in_flight = 0
+        self.writer = None
 
 
 class Mux:
@@ -410,6 +426,8 @@ class Mux:
                     self._stream_data(chan, body)
                 elif op == TCP_FIN:
                     self._stream_fin(chan)
+                elif op == TCP_ACK:
+                    self._stream_ack(chan, body)
                 else:
                     self.handle(op, chan, body)
             except LinkDead:
@@ -422,11 +440,6 @@ class Mux:
         self.inbox.put(None)
 
     # -- TCP streams (same on both ends) ------------------------------------
-    def add_stream(self, chan, sock):
-        with self.slock:
-            self.streams[chan] = _Stream(sock)
-        self.start_pump(chan)
-
     def start_pump(self, chan):
         """Send what the socket of stream ``chan`` receives over the link (a thread per stream)."""
         st = self.streams.get(chan)
@@ -439,15 +452,24 @@ class Mux:
     def _pump(self, chan, st):
         try:
             while True:
+                with st.cond:  # the other end holds at most a window of our data unwritten
+                    while st.in_flight >= STREAM_WINDOW and not st.closed and not self.link.dead:
+                        st.cond.wait(0.5)
+                    if st.closed:
+                        return
                 data = st.sock.recv(65536)
                 if not data:
                     break
+                with st.cond:
+                    st.in_flight += len(data)
                 self.send_chunks(TCP_DATA, chan, data)
         except LinkDead:
             self._drop_stream(chan, reset=True)
             return
         except OSError:
             pass
+        if st.closed:
+            return
         st.fin_sent = True
         try:
             self.send(TCP_FIN, chan)
@@ -456,28 +478,83 @@ class Mux:
             return
         self._maybe_drop(chan, st)
 
+    def _queue_out(self, chan, st, item):
+        with st.cond:
+            if item is not None:
+                if st.queued + len(item) > 2 * STREAM_WINDOW:  # more than the window allows: a broken peer
+                    overflow = True
+                else:
+                    overflow = False
+                    st.queued += len(item)
+            else:
+                overflow = False
+            if not overflow:
+                st.outbox.append(item)
+                if st.writer is None:
+                    st.writer = threading.Thread(target=self._write_out, args=(chan, st),
+                                                 name="serial-stream-%d-out" % chan)
+                    st.writer.daemon = True
+                    st.writer.start()
+                st.cond.notify_all()
+        if overflow:
+            self._drop_stream(chan, reset=True)
+
+    def _write_out(self, chan, st):
+        """The stream's writer thread: the socket gets the other end's bytes; acknowledge them as written."""
+        done = 0
+        while True:
+            with st.cond:
+                while not st.outbox and not st.closed:
+                    st.cond.wait()
+                if st.closed:
+                    return
+                data = st.outbox.popleft()
+                if data is not None:
+                    st.queued -= len(data)
+                st.writing = data is not None and not st.broken
+            if data is None:
+                st.fin_received = True
+                try:
+                    st.sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                self._maybe_drop(chan, st)
+                return
+            if st.writing:
+                try:
+                    st.sock.sendall(data)
+                except OSError:
+                    st.broken = True
+                    try:
+                        st.sock.shutdown(socket.SHUT_RDWR)  # the pump sees it and sends FIN
+                    except OSError:
+                        pass
+                st.writing = False
+            done += len(data)
+            if done >= STREAM_ACK_EVERY:
+                try:
+                    self.send(TCP_ACK, chan, struct.pack(">I", done))
+                except LinkDead:
+                    return
+                done = 0
+
     def _stream_data(self, chan, body):
         st = self.streams.get(chan)
-        if st is None:
-            return
-        try:
-            st.sock.sendall(body)
-        except OSError:
-            try:
-                st.sock.shutdown(socket.SHUT_RDWR)  # the pump sees it and sends FIN
-            except OSError:
-                pass
+        if st is not None:
+            self._queue_out(chan, st, body)
 
     def _stream_fin(self, chan):
         st = self.streams.get(chan)
-        if st is None:
+        if st is not None:
+            self._queue_out(chan, st, None)
+
+    def _stream_ack(self, chan, body):
+        st = self.streams.get(chan)
+        if st is None or len(body) != 4:
             return
-        st.fin_received = True
-        try:
-            st.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        self._maybe_drop(chan, st)
+        with st.cond:
+            st.in_flight = max(0, st.in_flight - struct.unpack(">I", body)[0])
+            st.cond.notify_all()
 
     def _maybe_drop(self, chan, st):
         if st.fin_sent and st.fin_received:
@@ -488,11 +565,18 @@ class Mux:
             st = self.streams.pop(chan, None)
         if st is None:
             return
+        with st.cond:
+            st.closed = True
+            st.cond.notify_all()
         if reset:  # tell the local peer the stream broke rather than ended
             try:
                 st.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             except OSError:
                 pass
+        try:  # wake the pump's recv (and a writer stuck in sendall): closing alone does not
+            st.sock.shutdown(socket.SHUT_RDWR if st.writing else socket.SHUT_RD)
+        except OSError:
+            pass
         try:
             st.sock.close()
         except OSError:
@@ -532,22 +616,32 @@ class Endpoint(Mux):
             t.start()
         elif op in (PUT_OPEN, PUT_START, PUT_DATA, PUT_END):
             self._put(op, chan, body)
-        elif op == TCP_OPEN:
-            req = json.loads(body.decode("utf-8"))
-            try:
-                sock = socket.create_connection(("127.0.0.1", int(req["port"])), timeout=10)
-                sock.settimeout(None)
-            except OSError as e:
-                self.send(TCP_FAIL, chan, {"error": "127.0.0.1:%s: %s" % (req.get("port"), e.strerror or e)})
-                return
-            self.send(TCP_OK, chan)
-            self.add_stream(chan, sock)
+        elif op == TCP_OPEN:  # connecting may take a while: not on the dispatch thread
+            t = threading.Thread(target=self._tcp_open, args=(chan, json.loads(body.decode("utf-8"))))
+            t.daemon = True
+            t.start()
         elif op == BYE:
             self.send(BYE_OK, 0)
             self.link.drain(3.0)
             self.done.set()
         else:
             self.send(FAIL, chan, {"error": "unknown message %d" % op})
+
+    def _tcp_open(self, chan, req):
+        try:
+            try:
+                sock = socket.create_connection(("127.0.0.1", int(req["port"])), timeout=10)
+                sock.settimeout(None)
+            except OSError as e:
+                self.send(TCP_FAIL, chan, {"error": "127.0.0.1:%s: %s" % (req.get("port"), e.strerror or e)})
+                return
+            with self.slock:  # registered before TCP_OK: the host sends data as soon as it has the OK
+                self.streams[chan] = _Stream(sock)
+            self.send(TCP_OK, chan)
+        except LinkDead:
+            self._drop_stream(chan, reset=True)
+            return
+        self.start_pump(chan)
 
     def _run(self, chan, req):
         argv = [str(a) for a in req["argv"]]
