@@ -3,7 +3,9 @@
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 import edgekit
 from edgekit.deployer import deploy, open_device
 from edgekit.errors import TransportError
-from edgekit.transports import connect
+from edgekit.transports import connect, serial_line
 from edgekit_agent import serial_endpoint as proto
 
 from conftest import one_json, run_cli, stop_agent
@@ -27,7 +29,9 @@ def device_env(tmp_path, python_dir=None):
     tmp = tmp_path / "device-tmp"
     tmp.mkdir(exist_ok=True)
     path = os.pathsep.join([python_dir or os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return {"PATH": path, "TMPDIR": str(tmp), "PS1": "$ ", "ENV": ""}
+    home = tmp_path / "device-home"
+    home.mkdir(exist_ok=True)
+    return {"PATH": path, "TMPDIR": str(tmp), "HOME": str(home), "PS1": "$ ", "ENV": ""}
 
 
 @pytest.fixture
@@ -101,7 +105,7 @@ def test_other_console_shells(shell, tmp_path):
         pytest.skip(f"{shell[0]} is not installed")
     env = dict(device_env(tmp_path), PS1="pi@raspberrypi:~ $ ", TERM="xterm")
     with Cable(shell=shell, env=env) as cable:
-        for _ in range(2):  # the second session finds the console given back, and the endpoint kept in TMPDIR
+        for _ in range(2):  # the second session finds the console given back, and the endpoint kept in ~/.cache
             with connect("serial", cable.port) as t:
                 assert t.run(["echo", "hello"]).stdout == "hello\n"
 
@@ -180,6 +184,132 @@ def test_forward_stops_listening_on_close(cable):
         assert not [th.name for th in threading.enumerate() if th.name == f"serial-forward-{host_port}"]
     finally:
         server.close()
+
+
+def test_endpoint_is_kept_private_and_run_from_the_bytes_it_checked(tmp_path):
+    env = device_env(tmp_path)
+    with Cable(env=env) as cable:
+        with connect("serial", cable.port) as t:
+            path = Path(t.endpoint_path)
+            assert path.parent == Path(env["HOME"]) / ".cache" / "edgekit" / "serial"
+            assert path.parent.stat().st_mode & 0o777 == 0o700
+            assert path.read_bytes() == serial_line.endpoint_source()
+    # No writable $HOME: a fresh private directory, removed when the session ends.
+    home_file = tmp_path / "not-a-directory"
+    home_file.write_text("")
+    with Cable(env=dict(env, HOME=str(home_file))) as cable:
+        with connect("serial", cable.port) as t:
+            fresh = Path(t.endpoint_path).parent
+            assert fresh.parent == Path(env["TMPDIR"]) and fresh.stat().st_mode & 0o777 == 0o700
+            assert t.run(["echo", "ok"]).stdout == "ok\n"
+        for _ in range(300):  # the shell removes it after the endpoint gave the console back
+            if not fresh.exists():
+                break
+            threading.Event().wait(0.1)
+        assert not fresh.exists()
+    # The loader hashes the bytes it then runs: a file that differs is not run.
+    swapped = tmp_path / "endpoint.py"
+    swapped.write_text("open(__file__ + '.ran', 'w').write('ran')\n")
+    good = hashlib.sha256(serial_line.endpoint_source()).hexdigest()
+    r = subprocess.run([sys.executable, "-c", serial_line.LOADER, str(swapped), good, "1.0", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "EK_BAD_ENDPOINT" in r.stderr and not Path(str(swapped) + ".ran").exists()
+    r = subprocess.run([sys.executable, "-c", serial_line.LOADER, str(swapped),
+                        hashlib.sha256(swapped.read_bytes()).hexdigest()], capture_output=True, text=True)
+    assert r.returncode == 0 and Path(str(swapped) + ".ran").read_text() == "ran"
+
+
+def test_a_stream_nobody_reads_does_not_hold_up_the_line(cable):
+    """The device's side of a forwarded stream never reads: its data waits per stream (at most a window of it),
+    and commands on the same line still run."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck = []
+    try:
+        with connect("serial", cable.port) as t:
+            host_port = t.forward(server.getsockname()[1])
+            client = socket.create_connection(("127.0.0.1", host_port), timeout=30)
+            stuck.append(client)
+            peer, _ = server.accept()  # accepted, never read
+            stuck.append(peer)
+            client.settimeout(None)
+            blob = b"x" * (64 << 20)
+            threading.Thread(target=lambda: _send_quietly(client, blob), daemon=True).start()
+            st = None
+            for _ in range(600):  # until the host side has a full window in flight
+                st = next(iter(t.mux.streams.values()), None)
+                if st is not None and st.in_flight >= proto.STREAM_WINDOW:
+                    break
+                threading.Event().wait(0.05)
+            assert st is not None and st.in_flight >= proto.STREAM_WINDOW
+            assert st.in_flight <= proto.STREAM_WINDOW + 65536
+            r = t.run(["echo", "still here"], timeout=30)
+            assert r.stdout == "still here\n"
+            assert st.in_flight <= proto.STREAM_WINDOW + 65536
+            # the reader wakes up: everything arrives, in order
+            got = bytearray()
+            peer.settimeout(60)
+            while len(got) < 1 << 20:
+                got += peer.recv(1 << 20)
+            assert got[:1 << 20] == blob[:len(got)][:1 << 20]
+    finally:
+        for s in stuck:
+            s.close()
+        server.close()
+
+
+def _send_quietly(sock, data):
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+def test_link_timers_ignore_wall_clock_jumps(monkeypatch):
+    """A board without an RTC steps its clock at NTP sync: resend timers run on the monotonic clock."""
+    import select
+    import socket
+    import time
+
+    a, b = socket.socketpair()
+
+    def reader(s):
+        def read():
+            if not select.select([s], [], [], 0.05)[0]:
+                return b""
+            data = s.recv(65536)
+            if not data:
+                raise EOFError("closed")
+            return data
+        return read
+
+    got = []
+    links = [proto.Link(reader(a), a.sendall, lambda p: None, initial_rto=0.25),
+             proto.Link(reader(b), b.sendall, got.append, initial_rto=0.25)]
+    try:
+        for link in links:
+            link.start()
+        real, jumps = time.time, [0.0]
+
+        def jumping():
+            jumps[0] += 3600.0
+            return real() + jumps[0]
+
+        monkeypatch.setattr(time, "time", jumping)
+        for i in range(50):
+            links[0].send(b"payload %d" % i)
+        assert links[0].drain(60)
+        monkeypatch.undo()
+        assert got == [b"payload %d" % i for i in range(50)]
+        assert links[0].stats["frames_resent"] == 0 and not links[0].dead
+    finally:
+        monkeypatch.undo()
+        for link in links:
+            link.close()
+        a.close()
+        b.close()
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 ``connect("serial", "/dev/ttyUSB0", baud=115200)`` opens the port (pyserial), gets the
 console's attention (Ctrl-C, newline, a marker echoed by the shell), finds the device's
 Python, types a bootstrap that writes ``edgekit_agent/serial_endpoint.py`` to the device
-(zlib + base64 in ``printf`` chunks, checked by sha256, kept in $TMPDIR or /tmp for the next
-session) and runs it with the tty raw. From then on the line carries the endpoint's
+(zlib + base64 in ``printf`` chunks, checked by sha256, kept for the next session in
+``~/.cache/edgekit/serial``, a mode-0700 directory; a fresh ``mktemp -d`` one, removed afterwards,
+where $HOME is not writable) and runs it with the tty raw (Python reads the file once, checks its
+sha256 and runs those same bytes). From then on the line carries the endpoint's
 framed protocol (CRC32, acknowledgements, resends): commands, resumable file uploads
 and TCP streams to the device's loopback, multiplexed by channel. ``close()`` says BYE;
 the endpoint restores the console.
@@ -28,7 +30,10 @@ from edgekit_agent import serial_endpoint as proto
 from ..errors import BackendUnavailable, TransportError
 from .base import CommandResult, Forwarder, Transport
 
-REMOTE_DIR = '"${TMPDIR:-/tmp}"'  # expanded by the device's shell
+# The endpoint's directory on the device: private to the device user, never a shared name in /tmp.
+REMOTE_DIR = ('(d="${HOME:+$HOME/.cache/edgekit/serial}"; if [ -n "$d" ] && (umask 077; mkdir -p "$d") 2>/dev/null '
+              '&& chmod 700 "$d" 2>/dev/null && [ -w "$d" ]; then echo "EK_""DIR=K|$d|"; '
+              'else d=$(mktemp -d 2>/dev/null) && echo "EK_""DIR=T|$d|"; fi)')
 CHUNK = 512  # base64 characters per typed command (busybox ash edits lines up to 1024)
 LOGIN = re.compile(rb"(?i)(login|password)[^\n]{0,20}:\s*$")
 CHECK = ("import hashlib,sys;a=sys.argv;"
@@ -37,6 +42,10 @@ DECODE = ("import base64,hashlib,os,sys,zlib;a=sys.argv;"
           "d=zlib.decompress(base64.b64decode(open(a[1],\"rb\").read()));ok=hashlib.sha256(d).hexdigest()==a[3];"
           "ok and open(a[2]+\".tmp\",\"wb\").write(d);ok and os.replace(a[2]+\".tmp\",a[2]);"
           "os.remove(a[1]);sys.exit(0 if ok else 3)")
+# Runs the endpoint from the bytes it hashed (no window between the check and the run).
+LOADER = ("import hashlib,sys;a=sys.argv;d=open(a[1],\"rb\").read();"
+          "hashlib.sha256(d).hexdigest()==a[2] or sys.exit(\"EK_BAD_ENDPOINT: \"+a[1]+\" does not have the expected sha256\");"
+          "sys.argv=[a[1]]+a[3:];exec(compile(d,a[1],\"exec\"),{\"__name__\":\"__main__\",\"__file__\":a[1]})")
 VERSION = "import sys;print(\"EK_\"+\"PY=%d.%d|%s|\" % (sys.version_info[0],sys.version_info[1],sys.executable))"
 
 
@@ -88,6 +97,8 @@ class SerialTransport(Transport):
         self.link = None
         self.mux = _HostMux()
         self.endpoint = None
+        self.endpoint_path = None  # where the endpoint is kept on the device
+        self._fresh_dir = None  # a mktemp -d directory (no writable $HOME), removed when the endpoint exits
         self.last_put = None
         self._forwards = []
         self._chan = 0
@@ -236,19 +247,27 @@ class SerialTransport(Transport):
         import hashlib
 
         digest = hashlib.sha256(source).hexdigest()
-        remote = f"{REMOTE_DIR}/edgekit-serial-{digest[:16]}.py"
         step = "sending the serial endpoint"
+        rc, out = self._shell(REMOTE_DIR, step)
+        m = re.search(rb"EK_DIR=([KT])\|(/[^|\r\n]*)\|", out)
+        if rc != 0 or not m:
+            raise self._error(step, "no private directory for it on the device: $HOME/.cache/edgekit/serial cannot "
+                              "be created and mktemp -d failed. Set HOME to a writable directory for the console's user")
+        remote_dir = m.group(2).decode("utf-8", "replace")
+        self._fresh_dir = remote_dir if m.group(1) == b"T" else None
+        self.endpoint_path = f"{remote_dir}/edgekit-serial-{digest[:16]}.py"
+        remote, b64 = shlex.quote(self.endpoint_path), shlex.quote(self.endpoint_path + ".b64")
         rc, _ = self._shell(f"{py} -c '{CHECK}' {remote} {digest} 2>/dev/null", step)
         if rc != 0:
             packed = base64.b64encode(zlib.compress(source, 9)).decode()
             for attempt in (1, 2):
-                self._shell(f"rm -f {remote}.b64", step)
+                self._shell(f"rm -f {b64}", step)
                 for i in range(0, len(packed), CHUNK):
-                    rc, _ = self._shell(f"printf %s '{packed[i:i + CHUNK]}' >>{remote}.b64", step)
+                    rc, _ = self._shell(f"printf %s '{packed[i:i + CHUNK]}' >>{b64}", step)
                     if rc != 0:
-                        raise self._error(step, f"writing {remote}.b64 on the device failed (exit {rc}): "
-                                          "is its temporary directory full?")
-                rc, _ = self._shell(f"{py} -c '{DECODE}' {remote}.b64 {remote} {digest}", step)
+                        raise self._error(step, f"writing {self.endpoint_path}.b64 on the device failed (exit {rc}): "
+                                          "is its file system full?")
+                rc, _ = self._shell(f"{py} -c '{DECODE}' {b64} {remote} {digest}", step)
                 if rc == 0:
                     break
             else:
@@ -259,8 +278,9 @@ class SerialTransport(Transport):
         # the bytes queued ahead of a frame is added per frame; a pty has no wire speed).
         byte_time = 0.0 if self.pty else 10.0 / self.baud
         rto = max(proto.MIN_RTO, 4 * self._rtt)
-        self._write_console(f"stty raw -echo 2>/dev/null; {py} {remote} {rto:.3f} {byte_time:.9f}; "
-                            "stty sane 2>/dev/null\n".encode(), step)
+        cleanup = f"; rm -rf {shlex.quote(self._fresh_dir)}" if self._fresh_dir else ""
+        self._write_console(f"stty raw -echo 2>/dev/null; {py} -c '{LOADER}' {remote} {digest} {rto:.3f} "
+                            f"{byte_time:.9f}; stty sane 2>/dev/null{cleanup}\n".encode(), step)
         self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=rto, byte_time=byte_time,
                                lost_hint=f"; check the cable and that {self.baud} baud is right",
                                on_dead=self._on_dead)
@@ -272,6 +292,9 @@ class SerialTransport(Transport):
             junk = bytes(self.link.decoder.junk[-400:]).decode("utf-8", "replace")
             if self.link.dead:
                 raise
+            if "EK_BAD_ENDPOINT" in junk:
+                raise self._error(step, f"{self.endpoint_path} changed on the device after it was checked, so it "
+                                  "was not run. Something else writes there: check the device") from None
             raise self._error(step, f"it did not answer within {self.timeout + 10:.0f} s; "
                               f"the console said: {junk!r}") from None
         if op != proto.HELLO:
