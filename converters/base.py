@@ -71,7 +71,12 @@ class Backend(abc.ABC):
 
         ok, detail = self.availability()
         if not ok:
-            raise BackendUnavailable(f"backend {self.name!r} is not usable here: {detail}. {self.install_hint}")
+            raise BackendUnavailable(f"backend {self.name!r} is not usable here: {self.explain_unavailable(detail)}")
+
+    def explain_unavailable(self, detail):
+        """What to tell when ``availability()`` said no: its detail, plus how to install the runtime where the
+        runtime is what is missing (a backend whose detail already says what to do overrides this)."""
+        return f"{detail}. {self.install_hint}" if self.install_hint else detail
 
     @abc.abstractmethod
     def runtime_version(self):

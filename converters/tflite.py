@@ -109,6 +109,10 @@ class TFLiteBackend(Backend):
                  "not created yet: `edgekit backends install tflite` or the first build creates it")
         return True, f"{found[0]} {found[2]} (XNNPACK on CPU); converter tool environment {where}"
 
+    def explain_unavailable(self, detail):
+        # the install hint is for a missing LiteRT; a missing interpreter for the tool environment says its own fix
+        return f"{detail}. {self.install_hint}" if _runner_module()._interpreter_module() is None else detail
+
     def runtime_version(self):
         found = _runner_module()._interpreter_module()
         return found[2] if found else None

@@ -356,3 +356,40 @@ def test_interrupted_run_tool_stops_the_tool(envroot, tmp_path):
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{tool}").exists(), "the converter outlived the interrupted edgekit"
+
+
+def test_without_interpreters_each_fix_is_said_once(tmp_path, tiny_model):
+    """No Python for any tool environment: the messages say how to get one, once, and never ask to install a
+    runtime that is installed (LiteRT)."""
+    from conftest import run_cli
+
+    env = {"PATH": f"{Path(sys.executable).parent}:/nonexistent-bin", "PYENV_ROOT": str(tmp_path / "no-pyenv"),
+           "UV_PYTHON_INSTALL_DIR": str(tmp_path / "no-uv"), "EDGEKIT_TOOLENV_DIR": str(tmp_path / "envs")}
+    p = run_cli("backends", env=env, check=0)
+    for name in ("tflite", "paddlelite", "mindspore-lite"):
+        line = [l for l in p.stdout.splitlines() if l.split()[1:2] == [name]]
+        assert line and line[0].startswith("NO"), p.stdout
+    assert p.stdout.count("pyenv install 3.10") == 1 and p.stdout.count("edgekit backends install paddlelite") == 1
+    assert p.stdout.count("pyenv install 3.12") == 1
+    for backend in ("tflite", "paddlelite"):
+        b = run_cli("build", tiny_model, "--profile", "host", "--backend", backend, "-o", tmp_path / backend, env=env)
+        assert b.returncode != 0 and "is not usable here" in b.stderr, b.stderr
+        assert b.stderr.count(f"edgekit backends install {backend}") == 1, b.stderr
+        if backend == "tflite":
+            pytest.importorskip("ai_edge_litert")
+            assert "pip install" not in b.stderr and "ai-edge-litert" in b.stderr, b.stderr
+    d = run_cli("doctor", env=env)
+    assert d.stdout.count("pyenv install 3.10") == 1, d.stdout
+
+
+def test_doctor_survives_a_failing_availability(monkeypatch):
+    from edgekit import diagnostics
+    from edgekit.converters import get
+
+    def boom():
+        raise RuntimeError("the runtime's import crashed")
+
+    monkeypatch.setattr(get("paddlelite"), "availability", boom)
+    d = diagnostics.doctor()
+    assert not d["backends"]["paddlelite"]["ok"] and "the runtime's import crashed" in d["backends"]["paddlelite"]["detail"]
+    assert d["backends"]["ort"]["ok"]

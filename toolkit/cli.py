@@ -372,7 +372,7 @@ def cmd_backends(args):
         for r in d["backends"]:
             env = r["toolenv"]
             out.append(f"{'ok ' if r['ok'] else 'NO '} {r['name']:<15} {', '.join(r['precisions']):<45} {r['detail']}\n")
-            if env:
+            if env and env["detail"] not in r["detail"]:  # not the same paragraph twice
                 out.append(f"    tool environment: {env['detail']}\n")
         return "".join(out)
 

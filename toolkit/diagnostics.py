@@ -9,13 +9,19 @@ def doctor():
 
     backends = {}
     for name, be in sorted(converters.all_backends().items()):
-        ok, detail = be.availability()
-        backends[name] = {"ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
-                          "precisions": list(be.precisions)}
+        try:
+            ok, detail = be.availability()
+            detail = detail if ok else be.explain_unavailable(detail)
+        except Exception as e:  # report, don't crash: doctor must always answer
+            ok, detail = False, f"availability check failed: {type(e).__name__}: {e}"
+        backends[name] = {"ok": ok, "detail": detail, "precisions": list(be.precisions)}
         if getattr(be, "toolenv", None) is not None:
             from . import toolenvs
 
-            backends[name]["toolenv"] = toolenvs.state(be.toolenv)
+            try:
+                backends[name]["toolenv"] = toolenvs.state(be.toolenv)
+            except Exception as e:
+                backends[name]["toolenv"] = {"ready": False, "detail": f"state unknown: {type(e).__name__}: {e}"}
     try:
         import onnxconverter_common  # noqa: F401
 
@@ -74,7 +80,7 @@ def doctor_text(d):
     lines.append("backends:")
     for name, b in d["backends"].items():
         lines.append(f"  {'ok ' if b['ok'] else 'NO '} {name:<10} {b['detail']}")
-        if b.get("toolenv"):
+        if b.get("toolenv") and b["toolenv"]["detail"] not in b["detail"]:  # not the same paragraph twice
             lines.append(f"  {'ok ' if b['toolenv']['ready'] else '-- '} {'':<10} tool environment: {b['toolenv']['detail']}")
         if "fp16" in b:
             lines.append(f"  {'ok ' if b['fp16']['ok'] else 'NO '} {'':<10} {b['fp16']['detail']}")

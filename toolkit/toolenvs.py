@@ -500,7 +500,7 @@ def backends():
         except Exception as e:  # report, don't crash: the listing must always answer
             ok, detail = False, f"availability check failed: {e}"
         spec = getattr(be, "toolenv", None)
-        rows.append({"name": name, "ok": ok, "detail": detail if ok else f"{detail}. {be.install_hint}",
+        rows.append({"name": name, "ok": ok, "detail": detail if ok else be.explain_unavailable(detail),
                      "precisions": list(be.precisions), "toolenv": state(spec) if spec else None})
     return rows
 
