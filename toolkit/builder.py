@@ -172,6 +172,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
         "preprocess": preprocess, "thresholds": thresholds.to_dict(), "allow_degraded": allow_degraded,
         "name": bundle_name, **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
         **({"prune": pruning} if pruning else {}),
+        **({"toolenv": be.toolenv.digest()} if getattr(be, "toolenv", None) is not None else {}),
     })
     output = Path(output)
     hit = cache.lookup(cache_key) if use_cache else None

@@ -437,7 +437,8 @@ def parser():
     s.add_argument("model", help="ONNX model file")
     s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
-    s.add_argument("--backend", help="runtime to build for: ort (default), openvino, mnn, tflite (see `edgekit backends`)")
+    s.add_argument("--backend", help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
+                                     "mindspore-lite (see `edgekit backends`)")
     s.add_argument("--precision", default="auto",
                    choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
                    help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
