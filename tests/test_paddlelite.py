@@ -163,3 +163,19 @@ def test_host_workers_end_after_predict_runner_and_timing(ppocr_host, tmp_path):
     hl = _time_on_host(BE, ref, out / "model.nb", feed, 1, rounds=1, runs=3)
     assert hl["runtimes"] == {"reference": "paddlelite", "built": "paddlelite"}
     assert children() == before
+
+
+def test_runner_feeds_every_input_exactly(ppocr_host, textlines):
+    """The runner's input copy (a memoryview into set_float_data) gives what onnxruntime computes, sample by sample
+    (a copy that lagged or read a stale buffer would repeat or mix outputs)."""
+    from edgekit.converters.toolworker import onnx_predict
+    from edgekit.model import load_model
+
+    out, _ = ppocr_host
+    with np.load(textlines) as z:
+        xs = [{"x": z["x"][i:i + 1]} for i in range(12)]
+    ref = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(out.parent / "ppocr-ref.onnx")
+    want = [o[OUT] for o in onnx_predict(ref, xs)[2]]
+    got = [o[OUT] for o in BE.predict(out / "model.nb", xs)]
+    assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) < 1e-4
+    assert len({g.tobytes() for g in got}) == len(got)

@@ -1,8 +1,9 @@
 """Paddle Lite runner: a ``.nb`` model (``paddlelite.lite.MobileConfig``).
 
-Inputs are copied into the predictor with ``Tensor.set_float_data`` / ``set_int32_data``:
-``Tensor.from_numpy`` of the paddlelite 2.13rc0 wheel does not copy the array (measured:
-the model then reads zeros or freed memory). An ``.nb`` file is optimized for one target
+Inputs are copied into the predictor with ``Tensor.set_float_data`` / ``set_int32_data`` from a
+memoryview of the array: ``Tensor.from_numpy`` of the paddlelite 2.13rc0 wheel does not reach the
+predictor's input (measured: the model reads zeros, freed memory, or the last input set otherwise,
+also with the array kept alive). An ``.nb`` file is optimized for one target
 (arm, x86, opencl); run on another CPU it crashes or computes garbage, which the install-time
 comparison with the build machine's outputs catches; this runner says so in its warnings.
 """
@@ -104,12 +105,14 @@ class PaddleLiteRunner(Runner):
             a = np.ascontiguousarray(feeds[name])
             t = self.predictor.get_input_by_name(nb_name)
             t.resize([int(d) for d in a.shape])
+            # a memoryview is a sequence the binding copies from directly (no Python list first: measured ~0.4 ms
+            # instead of ~0.65 ms for PP-OCR's 1x3x48x192 input on x86)
             if a.dtype == np.float32:
-                t.set_float_data(a.ravel().tolist())
+                t.set_float_data(memoryview(a.reshape(-1)))
             elif a.dtype == np.int32:
-                t.set_int32_data(a.ravel().tolist())
+                t.set_int32_data(memoryview(a.reshape(-1)))
             elif a.dtype == np.uint8:
-                t.set_uint8_data(a.ravel().tolist())
+                t.set_uint8_data(memoryview(a.reshape(-1)))
             else:
                 raise RunnerError("input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8" % (name, a.dtype))
         self.predictor.run()
