@@ -164,3 +164,25 @@ def test_an_unconverted_reference_is_timed_in_litert_too(ppocr_int8, tmp_path):
     hl = _time_on_host(tflite.BACKEND, ref, out / "model.tflite", feed, 1, rounds=1, runs=3)
     assert hl["runtimes"] == {"reference": "ai-edge-litert", "built": "ai-edge-litert"}
     assert hl["reference_p50_ms"] > 0 and hl["built_p50_ms"] > 0
+
+
+def test_delegate_partitions_are_attributed_honestly(ppocr_int8):
+    """Without a hardware delegate the partitions are XNNPACK's; with one, XNNPACK is left out so they are the
+    hardware delegate's; where it could not be left out they are reported unattributed. (No hardware delegate
+    library exists on this machine: the attribution is checked on the loaded CPU interpreter.)"""
+    from edgekit_agent.runners.tflite import TFLiteRunner
+
+    out, _, _ = ppocr_int8
+    manifest = json.loads((out / "manifest.json").read_text())
+    r = TFLiteRunner(str(out), manifest, threads=1)
+    r.load()
+    with np.load(out / "sample_inputs.npz") as z:
+        feed = {k: z[k] for k in z.files}
+    d = r.describe()
+    assert d["accelerators_active"] == ["xnnpack"] and set(r.placement(feed)) <= {"xnnpack", "cpu"}
+    r.active, r.xnnpack = ["gpu"], False
+    assert "gpu" in r.placement(feed) and r.describe()["accelerators_active"] == ["gpu"]
+    r.xnnpack = None
+    assert any(k.startswith("delegated (unattributed") for k in r.placement(feed))
+    assert r.describe()["accelerators_active"] == ["gpu", "xnnpack"]
+    r.close()

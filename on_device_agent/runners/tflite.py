@@ -3,7 +3,9 @@
 CPU inference goes through XNNPACK, the interpreter's default delegate on x86 and Arm. A profile
 may list hardware delegates (``[runtimes.tflite] delegates = ["gpu", ...]``); each is loaded with
 ``load_delegate`` from its shared library, and one that fails to load or to take the graph falls
-back to the CPU: describe() and its warnings say so.
+back to the CPU: describe() and its warnings say so. With a hardware delegate, XNNPACK is left out
+(the op resolver without default delegates), so each delegate partition in ``placement`` is the
+hardware delegate's and the rest is counted as "cpu".
 
 Layout: the bundle's inputs and outputs are the ONNX model's (what the user feeds, e.g. NCHW);
 onnx2tf made 4-D tensors channels-last, so ``manifest["runner"]["io"]`` holds, per input and
@@ -113,16 +115,25 @@ class TFLiteRunner(Runner):
         t0 = time.perf_counter()
         delegates = self._delegates(mod)
         self.active = [n for n, _ in delegates]
+        # With a hardware delegate, XNNPACK (the default delegate) is left out, so that every delegate partition
+        # is the hardware delegate's and placement can say so; the nodes it does not take run on the builtin CPU
+        # kernels. Where the interpreter cannot leave XNNPACK out, partitions are reported unattributed.
+        extra, self.xnnpack = {}, True
+        if delegates:
+            resolver = getattr(getattr(mod, "OpResolverType", None), "BUILTIN_WITHOUT_DEFAULT_DELEGATES", None)
+            if resolver is not None:
+                extra["experimental_op_resolver_type"] = resolver
+            self.xnnpack = False if resolver is not None else None
         try:
             self.interp = mod.Interpreter(model_path=self.model_path(), num_threads=self.threads,
-                                          experimental_delegates=[d for _, d in delegates] or None)
+                                          experimental_delegates=[d for _, d in delegates] or None, **extra)
             self.interp.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             if not delegates:
                 raise RunnerFault("LiteRT cannot load %s: %s" % (self.model_path(), e))
             for n in self.active:
                 self.fallback.append((n, "it could not take the graph (%s)" % (str(e).strip().splitlines() or [""])[0]))
-            self.active = []
+            self.active, self.xnnpack = [], True
             self.interp = mod.Interpreter(model_path=self.model_path(), num_threads=self.threads)
             self.interp.allocate_tensors()
         self.load_ms = (time.perf_counter() - t0) * 1000.0
@@ -171,14 +182,33 @@ class TFLiteRunner(Runner):
             out[name] = np.ascontiguousarray(_transpose(a, perm))
         return out
 
+    def _partitions(self):
+        """How many delegate partitions the interpreter made (None if it cannot tell)."""
+        try:
+            return sum(1 for o in self.interp._get_ops_details() if o.get("op_name") == "DELEGATE")
+        except Exception:
+            return None
+
+    def _delegated_name(self):
+        """Whose the delegate partitions are."""
+        if not self.active:
+            return "xnnpack"
+        if self.xnnpack is False:
+            return self.active[0] if len(self.active) == 1 else "+".join(self.active)
+        return "delegated (unattributed: %s or xnnpack)" % "/".join(self.active)
+
     def describe(self):
-        cpu = "XNNPACK (the interpreter's default CPU delegate)"
+        xnnpack_ran = self.xnnpack is not False and not (not self.active and self._partitions() == 0)
+        if self.xnnpack is False:
+            cpu = "the builtin CPU kernels (XNNPACK left out so that delegate partitions are the hardware delegate's)"
+        else:
+            cpu = "XNNPACK (the interpreter's default CPU delegate)"
         info = {
             "runtime": self.runtime_name,
             "runtime_version": self.version,
             "accelerators_requested": self.requested or ["xnnpack"],
-            "accelerators_active": self.active + ["xnnpack"],
-            "accelerator": self.active[0] if self.active else "xnnpack",
+            "accelerators_active": self.active + (["xnnpack"] if xnnpack_ran else []) or ["cpu"],
+            "accelerator": self.active[0] if self.active else ("xnnpack" if xnnpack_ran else "cpu"),
             "cpu_path": cpu,
             "threads": self.threads,
             "layout": dict((n, "transposed %s" % list(p)) for n, _, p in self.inputs + self.outputs if p) or None,
@@ -214,7 +244,7 @@ class TFLiteRunner(Runner):
                 stack.extend(int(x) for x in n.get("inputs", []) if int(x) >= 0)
         counts = {}
         if covered:
-            counts[self.active[0] if self.active else "xnnpack"] = len(covered)
+            counts[self._delegated_name()] = len(covered)
         if len(nodes) - len(covered):
             counts["cpu"] = len(nodes) - len(covered)
         return counts
