@@ -179,3 +179,26 @@ def test_runner_feeds_every_input_exactly(ppocr_host, textlines):
     got = [o[OUT] for o in BE.predict(out / "model.nb", xs)]
     assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) < 1e-4
     assert len({g.tobytes() for g in got}) == len(got)
+
+
+def test_device_commands_reach_the_backend_agent(ppocr_host, env_python, tmp_path):
+    """deploy --local of a paddlelite bundle runs its agent in <root>-paddlelite: models, rollback and agent reach
+    it with --backend, and models without it says where it is."""
+    out, _ = ppocr_host
+    env = {"EDGEKIT_DEVICE_ROOT": str(tmp_path / "device")}
+    agent_root = tmp_path / "device-paddlelite"
+    try:
+        run_cli("deploy", out, "--local", "--runs", "5", "--json", env=env, check=0)
+        plain = run_cli("models", "--local", env=env, check=0)
+        assert f"also: paddlelite agent in {agent_root}: pass --backend paddlelite" in plain.stdout, plain.stdout
+        listed = json.loads(run_cli("models", "--local", "--backend", "paddlelite", "--json", env=env, check=0).stdout)
+        assert [m["backend"] for m in listed["models"]] == ["paddlelite"] and "other_agents" not in listed
+        name = listed["models"][0]["name"]
+        r = run_cli("rollback", name, "--local", "--backend", "paddlelite", env=env)
+        assert "has no earlier version kept" in r.stderr, r.stderr  # the agent that has the model answered
+        st = json.loads(run_cli("agent", "status", "--local", "--backend", "paddlelite", "--json", env=env,
+                                check=0).stdout)
+        assert st["running"] and st["root"] == str(agent_root)
+    finally:
+        stop_agent(env_python, agent_root)
+        run_cli("agent", "stop", "--local", env=env)

@@ -147,6 +147,18 @@ def _device(args, profile=None, backend=None):
                        backend=backend, **opts)
 
 
+def _other_local_agents(args, root):
+    """``[{backend, root}]``: the local agents of tool-environment backends beside ``root`` (``<root>-<backend>``,
+    made by ``deploy --local`` of such a bundle), which a command without ``--backend`` does not see."""
+    if _device_target(args)[0] != "local" or args.backend or args.device_root:
+        return []
+    from .converters import all_backends
+
+    base = Path(root).expanduser()
+    return [{"backend": b, "root": str(base.parent / f"{base.name}-{b}")} for b in sorted(all_backends())
+            if (base.parent / f"{base.name}-{b}" / "agent").is_dir()]
+
+
 def _progress(args):
     if args.json or args.quiet or not sys.stderr.isatty():
         return None
@@ -244,7 +256,7 @@ def cmd_bench(args):
 
 
 def cmd_agent(args):
-    with _device(args) as dev:
+    with _device(args, backend=args.backend) as dev:
         dev.probe()
         remote = f"{dev.root}/agent/edgekit-agent.pyz"
         if args.action == "start":
@@ -266,7 +278,7 @@ def cmd_agent(args):
 
 
 def cmd_rollback(args):
-    with _device(args) as dev:
+    with _device(args, backend=args.backend) as dev:
         dev.ensure_agent()
         result = dev.rollback(args.name, args.to)
     _emit(args, result, lambda d: (f"{d['name']}: already serving {d['version']}\n" if d.get("unchanged") else
@@ -275,7 +287,7 @@ def cmd_rollback(args):
 
 
 def cmd_models(args):
-    with _device(args) as dev:
+    with _device(args, backend=args.backend) as dev:
         dev.ensure_agent()
         if args.remove:
             result = dev.remove(args.remove)
@@ -283,19 +295,23 @@ def cmd_models(args):
             return 0
         models = dev.models()
         where = dev.transport.description
+        others = _other_local_agents(args, dev.root)
 
     def text(d):
+        also = [f"also: {a['backend']} agent in {a['root']}: pass --backend {a['backend']}"
+                for a in d.get("other_agents", [])]
         if not d["models"]:
-            return f"no models deployed on {d['device']}\n"
+            return "\n".join([f"no models deployed on {d['device']}"] + also) + "\n"
         lines = [f"{'model':<24} {'serving':<18} {'backend':<14} {'precision':<12} kept versions"]
         for m in d["models"]:
             kept = ", ".join(v + ("*" if v == m["version"] else "") for v in m.get("versions", []))
             lines.append(f"{m['name']:<24} {m['version']:<18} {m.get('backend') or '-':<14} "
                          f"{m.get('precision') or '-':<12} {kept}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + also) + "\n"
 
     _emit(args, {"device": where, "models": [{k: m.get(k) for k in ("name", "version", "versions", "backend",
-                                                                    "precision", "profile", "loaded")} for m in models]},
+                                                                    "precision", "profile", "loaded")} for m in models],
+                 **({"other_agents": others} if others else {})},
           text)
     return 0
 
@@ -311,7 +327,7 @@ def cmd_field(args):
                 elif not args.json and not args.quiet:
                     _err(f"  pulled {value} new records")
 
-            with _device(args) as dev:
+            with _device(args, backend=args.backend) as dev:
                 result = pull(dev, store, name=args.name, on_batch=progress)
             _emit(args, result, lambda d: f"pulled {d['added']} new records from {d['device']} in {d['seconds']} s "
                                           f"({d['stored_total']} stored in {store.path})\n")
@@ -405,6 +421,11 @@ def _device_options(p):
     return where
 
 
+def _backend_agent_option(p):
+    p.add_argument("--backend", metavar="B", help="--local: the agent that runs bundles of backend B (paddlelite, "
+                   "mindspore-lite: under their tool environment's Python, in <device root>-B)")
+
+
 def _fleet_options(p, where):
     where.add_argument("--fleet", metavar="INVENTORY.toml", help="every device in a fleet inventory, in parallel")
     p.add_argument("--tag", help="with --fleet: only the devices with this tag")
@@ -491,6 +512,7 @@ def parser():
     s = sub.add_parser("agent", help="start, stop or show the agent on a device")
     s.add_argument("action", choices=["start", "stop", "status"])
     _device_options(s)
+    _backend_agent_option(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_agent)
 
@@ -498,12 +520,14 @@ def parser():
     s.add_argument("name", help="model name on the device (see `edgekit models`)")
     s.add_argument("--to", metavar="VERSION", help="a specific kept version instead of the previous one")
     _device_options(s)
+    _backend_agent_option(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_rollback)
 
     s = sub.add_parser("models", help="list the models a device serves, with the versions it keeps")
     s.add_argument("--remove", metavar="NAME", help="unload NAME and delete every version the device keeps of it")
     _device_options(s)
+    _backend_agent_option(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_models)
 
@@ -511,6 +535,7 @@ def parser():
     fsub = s.add_subparsers(dest="action", metavar="ACTION", required=True)
     fp = fsub.add_parser("pull", help="fetch records since the last pull into the local store (idempotent)")
     _device_options(fp)
+    _backend_agent_option(fp)
     fp.add_argument("--name", help="name for this device in reports (default: its hostname)")
     fr = fsub.add_parser("report", help="per device, model version and backend: p50/p90/p99, errors, lab vs field")
     fr.add_argument("--model", help="only this model")
