@@ -259,8 +259,8 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
 
             degraded = any(not s["passed"] for s in steps)
             host_latency = None
-            if prof.name == profiles.HOST and not (precision == "fp32" and result.format in ("onnx", "mnn")
-                                                   and not pruning):
+            # An unpruned fp32 build is the reference in the runtime's own format: nothing to compare it with.
+            if prof.name == profiles.HOST and not (precision == "fp32" and not pruning):
                 host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
                 log(f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)")

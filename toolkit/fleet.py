@@ -314,8 +314,11 @@ def _work(job, action, bundle_dir, profile, kwargs):
     job.started = time.perf_counter()
     try:
         job.set_step("connecting")
+        from .bundle import load as load_bundle
+
+        backend = load_bundle(bundle_dir)["backend"]  # local:// runs a tool-environment backend under its Python
         dev = open_device(fd.kind, fd.target, profile=fd.profile or profile, device_python=fd.python,
-                          device_root=fd.root, **fd.options)
+                          device_root=fd.root, backend=backend if fd.kind == "local" else None, **fd.options)
         try:
             job.track(dev)
             fn = deploy if action == "deploy" else bench
