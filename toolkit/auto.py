@@ -23,7 +23,7 @@ from pathlib import Path
 from . import bundle as bundle_mod
 from . import converters, profiles
 from .errors import EdgekitError, FidelityError, ProfileError
-from .report import build_text
+from .report import write_report
 
 SLOWER = 0.95        # measured below 0.95x its parent's speed: rejected as slower
 DEFAULT_PRUNE_LEVELS = (0.0, 0.25)
@@ -292,8 +292,7 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
                                                    "pareto", "bundle", "cache_hit")} for c in cands],
             "skipped": skipped, "seconds": round(time.perf_counter() - t0, 1),
         }
-        bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
-        (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+        write_report(staged, report)
         bundle_mod.replace_dir(staged, output)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)

@@ -20,7 +20,7 @@ from . import converters, profiles
 from .data import load_dataset, save_samples, synthetic_dataset
 from .errors import ProfileError
 from .model import load_model, parse_input_shapes
-from .report import SCHEMA_VERSION, build_text
+from .report import SCHEMA_VERSION, write_report
 
 FIDELITY_SAMPLES = 400
 CACHE_EPOCH = 2  # bump when what a build writes changes, so older cached bundles are not reused
@@ -60,8 +60,7 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
             "reason": f"{rejected['precision']} was measured slower than fp32 on this machine "
                       f"({rejected['p50_ms']:.3f} ms vs {rejected['fp32_p50_ms']:.3f} ms p50)",
         }
-        bundle_mod.write_json(Path(output) / bundle_mod.REPORT_JSON, report)
-        (Path(output) / bundle_mod.REPORT_TXT).write_text(build_text(report))
+        write_report(Path(output), report)
     return report
 
 
@@ -186,8 +185,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             report["cache"] = {"hit": True, "key": cache_key}
             report["build_seconds"] = round(time.perf_counter() - t0, 3)
             report["output"] = str(output)
-            bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
-            (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+            write_report(staged, report)
             bundle_mod.replace_dir(staged, output)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
@@ -310,8 +308,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "build_seconds": round(time.perf_counter() - t0, 3),
                 "output": str(output),
             }
-            bundle_mod.write_json(staged / bundle_mod.REPORT_JSON, report)
-            (staged / bundle_mod.REPORT_TXT).write_text(build_text(report))
+            write_report(staged, report)
             if use_cache:
                 cache.store(cache_key, staged)
             bundle_mod.replace_dir(staged, output)

@@ -119,3 +119,13 @@ def bench_text(r):
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     return "\n".join(lines) + "\n"
+
+
+def write_report(bundle_dir, report):
+    """Write the build report into a bundle directory: ``report.json`` and its text form ``report.txt``."""
+    from pathlib import Path
+
+    from .bundle import REPORT_JSON, REPORT_TXT, write_json
+
+    write_json(Path(bundle_dir) / REPORT_JSON, report)
+    (Path(bundle_dir) / REPORT_TXT).write_text(build_text(report))
