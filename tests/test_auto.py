@@ -33,8 +33,13 @@ def test_auto_on_two_backends_end_to_end(tmp_path, split_lines):
         report = one_json(p.stdout)
         auto = report["auto"]
         cands = {c["label"]: c for c in auto["candidates"]}
-        assert set(cands) == {"ort-fp32", "ort-int8", "ort-fp32-p50", "ort-int8-p50",
-                              "openvino-fp32", "openvino-int8", "openvino-fp32-p50", "openvino-int8-p50"}
+        from edgekit import profiles
+
+        host = profiles.load("host")  # the grid: each backend's precisions as the profile lists them, x pruning
+        grid = {f"{b}-{p}{suffix}" for b in ("ort", "openvino") for p in set(host.backend(b)["precisions"]) | {"fp32"}
+                for suffix in ("", "-p50")}
+        assert {"ort-fp32", "ort-int8", "ort-int8-p50", "openvino-int8", "openvino-fp32-p50"} <= grid
+        assert set(cands) == grid
         # Every candidate has an outcome with a reason; nothing is silently missing.
         for c in cands.values():
             assert c["status"] in ("measured", "rejected", "dropped", "failed"), c

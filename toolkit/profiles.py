@@ -213,8 +213,11 @@ def detect_host():
 
     if importlib.util.find_spec("openvino") is not None:
         ranked.append("openvino")
-        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend).
-        extra["openvino"] = {"device": "CPU", "precisions": ["int8", "fp32"], "hint": "LATENCY"}
+        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend),
+        # and fp16 builds run there in bf16, the fastest OpenVINO build of PP-OCR on such a CPU (measured).
+        bf16 = bool({"avx512_bf16", "amx_bf16"} & set(isa))
+        extra["openvino"] = {"device": "CPU", "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
+                             "hint": "LATENCY"}
     if importlib.util.find_spec("MNN") is not None:
         ranked.append("mnn")
         # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
