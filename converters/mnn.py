@@ -108,10 +108,10 @@ class MNNBackend(Backend):
     runtime = "MNN"
     install_hint = "Install it with: pip install 'edgekit[mnn]' (or pip install MNN)."
     precisions = ("fp32", "fp16", "int8", "int8-weights", "int4-weights")
-    # MNN's quantization config has skip_quant_op_names (convolutions left in float), but this backend picks
-    # among four calibrations per build and does not drive a per-layer search through them.
-    mixed_precision_refusal = ("the mnn backend does not keep single layers in float yet (MNN's quantization tool "
-                               "can skip convolutions, edgekit does not search over them for MNN)")
+
+    def __init__(self):
+        self._int8_plan = {}   # workdir -> the (feature method, weight method, samples) plain int8 chose
+        self._ops_cache = {}   # workdir -> the FP32 .mnn's weighted op names
 
     def availability(self):
         import importlib.util
@@ -252,8 +252,19 @@ class MNNBackend(Backend):
         elif ctx.precision == "int8":
             model_file, sections["quantization"] = self._int8(ctx, fp32, work)
             q = sections["quantization"]["chosen"]
-            ctx.check(f"int8 full quantization (MNN quantization tool, {q['feature_method']} on "
-                      f"{q['samples']} samples)", model_file)
+            step = f"int8 full quantization (MNN quantization tool, {q['feature_method']} on {q['samples']} samples)"
+            if ctx.budget is not None:
+                from edgekit.passes.mixed_precision import search
+
+                model_file, sections["mixed_precision"] = search(self, ctx, plain=model_file)
+                warnings.extend(sections["mixed_precision"].get("warnings", []))
+                skipped = self._skip_names(ctx, sections["mixed_precision"]["float_layer_names"])
+                sections["mixed_precision"]["calibration"] = (
+                    f"{q['feature_method']}/{q['weight_method']} on {q['samples']} samples: the calibration plain "
+                    "int8 chose, used for every candidate (the others are not searched)")
+                sections["quantization"]["skip_quant_op_names"] = skipped
+                step += f", {len(skipped)} layer(s) kept float for --budget {ctx.budget}"
+            ctx.check(step, model_file)
         else:
             raise ValueError(f"unsupported precision {ctx.precision}")
 
@@ -389,6 +400,8 @@ class MNNBackend(Backend):
                     proc.kill()
                 if proc.stdout is not None and not proc.stdout.closed:
                     proc.communicate()
+        if best is not None:
+            self._int8_plan[str(work)] = (best[1]["feature_method"], best[1]["weight_method"], best[1]["samples"])
         if best is None:
             raise ConversionError("MNN's quantization tool failed for every calibration: "
                                   + "; ".join(c.get("error", "") for c in candidates))
@@ -408,5 +421,164 @@ class MNNBackend(Backend):
         }
         return best[2], section
 
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def _fp32(self, ctx):
+        """The FP32 .mnn ``build`` converted (converted now when called outside a build)."""
+        fp32 = ctx.workdir / "model.fp32.mnn"
+        if not fp32.is_file():
+            self._convert(ctx.reference_path, fp32, [], ctx.workdir)
+        return fp32
+
+    def _weighted_ops(self, ctx):
+        """``[op name]`` of the FP32 .mnn's convolutions (MNN turns Gemm/MatMul with constant weights into them)."""
+        cached = self._ops_cache.get(str(ctx.workdir))
+        if cached is not None:
+            return cached
+        from edgekit.errors import ConversionError
+
+        dump = ctx.workdir / "model.fp32.ops.json"
+        _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(self._fp32(ctx)), "--JsonFile",
+                              str(dump)], ctx.workdir, dump)
+        try:
+            net = json.loads(dump.read_text())
+        except ValueError as e:
+            raise ConversionError(f"MNN's JSON dump of {dump.name} cannot be read: {e}") from e
+        ops = list(net.get("oplists") or [])
+        for sub in net.get("subgraphs") or []:
+            ops.extend(sub.get("nodes") or [])
+        names = [op.get("name") for op in ops if op.get("type") in MNN_WEIGHTED and op.get("name")]
+        self._ops_cache[str(ctx.workdir)] = names
+        return names
+
+    def layer_names(self, ctx, layers):
+        """Reference layers -> MNN op names (``skip_quant_op_names``). MNN's ONNX converter names each op after
+        the ONNX output it ends in: the Conv's own output, or that of the bias Add / BatchNormalization it
+        fused, with ``__matmul_converted`` appended where a Gemm/MatMul became a convolution. Each MNN op is
+        traced back through such element-wise nodes in the reference graph to its weighted ONNX node."""
+        import onnx
+
+        graph = onnx.load(str(ctx.reference_path), load_external_data=False).graph
+        producer = {o: n for n in graph.node for o in n.output}
+        wanted = {layer.name for layer in layers}
+        found = {}
+        for op in self._weighted_ops(ctx):
+            node = producer.get(op[:-len(MATMUL_SUFFIX)] if op.endswith(MATMUL_SUFFIX) else op)
+            for _ in range(6):
+                if node is None or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+                    break
+                if node.op_type not in TRACE_THROUGH:
+                    node = None
+                    break
+                node = next((producer[i] for i in node.input if i in producer
+                             and producer[i].op_type != "Constant"), None)
+            if node is not None and node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+                key = node.name or node.output[0]
+                if key in wanted:
+                    found.setdefault(key, op)
+        return {layer.name: found.get(layer.name) for layer in layers}
+
+    def _skip_names(self, ctx, layer_names):
+        from edgekit.passes.mixed_precision import candidate_layers
+
+        import onnx
+
+        layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in set(layer_names)]
+        return sorted(n for n in self.layer_names(ctx, layers).values() if n)
+
+    def quantize(self, ctx, exclude=()):
+        """Full INT8 with ``skip_quant_op_names``: MNN's quantization tool leaves those convolutions in float
+        (weights and arithmetic; it skips them when it collects feature ranges). One calibration per search:
+        the one plain int8 chose (or the first candidate outside a build)."""
+        from edgekit.errors import ConversionError
+
+        ctx.require_calibration("int8 quantization", "fp32/fp16/int8-weights")
+        names = self.layer_names(ctx, exclude) if exclude else {}
+        missing = [l.name for l in exclude if not names.get(l.name)]
+        if missing:
+            raise ConversionError(f"no MNN op found for layer(s) {', '.join(missing)} of the reference model, so "
+                                  "they cannot be kept float; build --precision int8 without --budget")
+        skip = sorted(set(names.values()))
+        work = ctx.workdir
+        method, weights, k = self._int8_plan.get(str(work)) or (
+            INT8_CANDIDATES[0][0], INT8_CANDIDATES[0][1], min(INT8_CANDIDATES[0][2], len(ctx.calib)))
+        tag = f"{method.lower()}-{weights.lower()}{k}"
+        samples_dir = work / f"calib-{tag}"
+        if samples_dir.is_dir():
+            shapes = [{"name": s.name, "shape": [int(d) for d in ctx.calib.samples[0][s.name].shape]}
+                      for s in ctx.source.inputs]
+        else:
+            shapes = self._write_samples(ctx.calib, ctx.source.inputs, k, samples_dir)
+        n = len(list(work.glob("model.int8-mp*.mnn")))
+        config = work / f"quant-mp{n}.json"
+        config.write_text(json.dumps({
+            "path": str(samples_dir), "input_type": "sequence", "used_sample_num": k, "inputs": shapes,
+            "feature_quantize_method": method, "weight_quantize_method": weights, "skip_quant_op_names": skip,
+        }))
+        out = work / f"model.int8-mp{len(skip)}f{n}.mnn"
+        skipped = work / f"model.int8-mp{len(skip)}f{n}.skipped.mnn" if skip else out
+        _run_tool("quantize", ["mnnquant", str(self._fp32(ctx)), str(skipped), str(config)], work, skipped)
+        if skip:
+            self._float_activations(skipped, out, set(skip), work)
+            skipped.unlink(missing_ok=True)
+        return out
+
+    def _float_activations(self, src, dst, ops, work):
+        """MNN quantizes activations per tensor (``extraTensorDescribe`` quantInfo), also around the convolutions
+        ``skip_quant_op_names`` left float: the ops between them and the neighbouring convolutions (layout
+        conversion, pooling, reshapes) then run int8 and quantize the float layer's input and output anyway
+        (measured: the tiny CNN with every convolution skipped stays at the all-int8 cosine). Drop the
+        quantization of every tensor from the previous convolutions' outputs to the next ones' inputs, through
+        the ops in between, and rebuild the model from MNN's JSON form."""
+        from edgekit.errors import ConversionError
+
+        dump = work / (dst.stem + ".json")
+        _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(src), "--JsonFile", str(dump)], work, dump)
+        try:
+            net = json.loads(dump.read_text())
+        except ValueError as e:
+            raise ConversionError(f"MNN's JSON dump of {src.name} cannot be read: {e}") from e
+        oplist = net.get("oplists") or []
+        producer, consumers = {}, {}
+        for op in oplist:
+            for t in op.get("outputIndexes") or []:
+                producer[t] = op
+            for t in op.get("inputIndexes") or []:
+                consumers.setdefault(t, []).append(op)
+        drop = set()
+        heads = [op for op in oplist if op.get("name") in ops]
+        back = [t for op in heads for t in op.get("inputIndexes") or []]
+        ahead = [t for op in heads for t in op.get("outputIndexes") or []]
+        while back:
+            t = back.pop()
+            if t in drop:
+                continue
+            drop.add(t)
+            p = producer.get(t)
+            if p is not None and p.get("type") not in MNN_WEIGHTED:
+                back.extend(p.get("inputIndexes") or [])
+        seen = set()
+        while ahead:
+            t = ahead.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            drop.add(t)
+            for c in consumers.get(t, []):
+                if c.get("type") not in MNN_WEIGHTED:
+                    ahead.extend(c.get("outputIndexes") or [])
+        net["extraTensorDescribe"] = [d for d in net.get("extraTensorDescribe") or [] if d.get("index") not in drop]
+        dump.write_text(json.dumps(net))
+        try:
+            _run_tool("convert", ["mnnconvert", "-f", "JSON", "--modelFile", str(dump), "--MNNModel", str(dst)], work,
+                      dst)
+        finally:
+            dump.unlink(missing_ok=True)
+
+
+MNN_WEIGHTED = ("Convolution", "ConvolutionDepthwise", "Deconvolution", "DeconvolutionDepthwise")
+MATMUL_SUFFIX = "__matmul_converted"
+# ONNX nodes an MNN convolution absorbs after the weighted node (its name is the last one's output)
+TRACE_THROUGH = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "PRelu",
+                 "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 BACKEND = MNNBackend()

@@ -158,7 +158,7 @@ def prepare(budget, backend, precision, dataset, min_cosine=None, min_top1=None,
         why = getattr(backend, "mixed_precision_refusal", None) or f"backend {backend.name!r} cannot keep single " \
                                                                    "layers in float"
         raise BudgetError(f"{why}, so --budget is not available for it: build it with --precision int8 (no budget) "
-                          f"or fp16, or use a backend that can (ort, openvino)")
+                          f"or fp16, or use a backend that can (ort, openvino, mnn, tflite)")
     budget.check_data(dataset)
     return budget
 
