@@ -95,6 +95,7 @@ class TFLiteBackend(Backend):
 
     def __init__(self):
         self._fp32_for = {}  # reference .onnx -> its FP32 .tflite in the current build (host timing)
+        self._converted = {}  # build workdir -> the tool's result for the build's conversion (mixed precision)
 
     def availability(self):
         from edgekit import toolenvs
@@ -186,7 +187,7 @@ class TFLiteBackend(Backend):
         model = self._model(path, threads)
         return HostRunner(model.run, cleanup + [model.close], runtime=self.runtime)
 
-    def _convert(self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None):
+    def _convert(self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None, extra=None):
         import numpy as np
 
         from edgekit import toolenvs
@@ -206,6 +207,7 @@ class TFLiteBackend(Backend):
             np.savez(work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples])
                                             for s in specs})
             request["calib"] = str(work / "calib.npz")
+        request.update(extra or {})
         res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
         (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
         self._fp32_for[str(Path(onnx_path).resolve())] = Path(res["fp32"])
@@ -235,23 +237,34 @@ class TFLiteBackend(Backend):
         t0 = time.perf_counter()
         res = self._convert(ctx.reference_path, work, ctx.precision, specs, ctx.source.outputs, probe,
                             _threads(ctx.profile.threads if ctx.profile.name == "host" else None), ctx.log,
-                            calib=ctx.calib if ctx.precision == "int8" else None)
+                            calib=ctx.calib if ctx.precision == "int8" else None,
+                            extra={"calibration_cache": str(work / "calibration.json")} if ctx.budget else None)
+        self._converted[str(ctx.workdir)] = res
         seconds = round(time.perf_counter() - t0, 2)
         fp32, model_file = Path(res["fp32"]), Path(res["model"])
         ctx.check("fp32 (ONNX -> TFLite, onnx2tf)", fp32)
         quant = res.get("quantization")
+        sections = {}
+        if ctx.precision == "int8" and ctx.budget is not None:
+            from edgekit.passes.mixed_precision import search
+
+            model_file, sections["mixed_precision"] = search(self, ctx, plain=model_file)
+            floats = sections["mixed_precision"]["float_layer_names"]
+            quant = dict(quant or {}, float_ops=self._float_scopes(ctx, floats))
         if ctx.precision != "fp32":
             ctx.check({"fp16": "fp16 weights (ai-edge-quantizer)",
                        "int8-dynamic": "int8 dynamic range (ai-edge-quantizer)",
                        "int8": f"int8 full quantization (ai-edge-quantizer, {quant.get('calibration_samples')} "
-                               "calibration samples)"}[ctx.precision], model_file)
+                               "calibration samples)" + (
+                                   f", {len(sections['mixed_precision']['float_layer_names'])} layer(s) kept float "
+                                   f"for --budget {ctx.budget}" if sections else "")}[ctx.precision], model_file)
         settings = ctx.profile.backend("tflite")
         runner_options = {"providers": list(settings.get("delegates") or ["xnnpack"]), "io": res["io"]}
         for key in ("delegate_libraries", "delegate_options"):
             if settings.get(key):
                 runner_options[key] = settings[key]
         moved = [e["name"] for e in res["io"]["inputs"] + res["io"]["outputs"] if e["perm"]]
-        sections = {
+        sections.update({
             "tflite": {
                 "converter": f"onnx2tf {res['versions'].get('onnx2tf')} (flatbuffer_direct, no TensorFlow) in the "
                              f"tflite tool environment (Python {res['versions'].get('python')})",
@@ -267,10 +280,10 @@ class TFLiteBackend(Backend):
                 "tool_steps": res.get("steps", []),
                 "fp32_ops": res.get("fp32_ops"),
             },
-        }
+        })
         if quant:
             sections["quantization"] = quant
-        warnings = list(res.get("warnings", []))
+        warnings = list(res.get("warnings", [])) + list(sections.get("mixed_precision", {}).get("warnings", []))
         if ctx.precision == "int8-dynamic":
             warnings.append("int8-dynamic quantizes activations at run time: on x86 it ran slower than fp32 under "
                             "XNNPACK (measured); prefer int8 with --calib, or fp32")
@@ -286,6 +299,77 @@ class TFLiteBackend(Backend):
             warnings=warnings,
             runner_options=runner_options,
         )
+
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def _weighted_ops(self, ctx):
+        """The build's float32 .tflite weighted ops (converted now when called outside a build)."""
+        res = self._converted.get(str(ctx.workdir))
+        if res is None:
+            work = Path(ctx.workdir) / "tflite"
+            res = self._convert(ctx.reference_path, work, "fp32", ctx.source.inputs, ctx.source.outputs,
+                                _structured_probe(ctx.source.inputs), _threads(None), ctx.log)
+            self._converted[str(ctx.workdir)] = res
+        return res
+
+    def _scopes(self, ctx, layer):
+        """The .tflite op scopes (ai-edge-quantizer's names: the op's output tensors) of one reference layer:
+        the ops whose weights onnx2tf named after the layer's ONNX node (or after a node onnxsim fused it into,
+        named by the output the layer is known by), else the ops that output one of the layer's tensors."""
+        known = {layer.name, *layer.tensors}
+        ops = self._weighted_ops(ctx).get("weighted_ops") or []
+        found = [op["scope"] for op in ops if op.get("node") in known]
+        if not found:
+            found = [op["scope"] for op in ops if known & set(op.get("outputs") or [])]
+        return found
+
+    def layer_names(self, ctx, layers):
+        """Reference layers -> the .tflite op scopes ai-edge-quantizer matches recipes against."""
+        return {layer.name: " | ".join(self._scopes(ctx, layer)) or None for layer in layers}
+
+    def _float_scopes(self, ctx, names):
+        from edgekit.passes.mixed_precision import candidate_layers
+
+        import onnx
+
+        wanted = set(names)
+        layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in wanted]
+        return sorted({s for l in layers for s in self._scopes(ctx, l)})
+
+    def quantize(self, ctx, exclude=()):
+        """Static INT8 of the build's float32 .tflite with the ops of ``exclude`` left float (ai-edge-quantizer
+        recipe entries with algorithm no_quantize, matched on each op's scope); the calibration ranges of the
+        build's plain int8 step are reused."""
+        from edgekit import toolenvs
+        from edgekit.errors import ConversionError
+
+        ctx.require_calibration("int8 quantization", "fp32/fp16/int8-dynamic")
+        res = self._weighted_ops(ctx)
+        scopes, missing = [], []
+        for layer in exclude:
+            found = self._scopes(ctx, layer)
+            scopes.extend(found)
+            if not found:
+                missing.append(layer.name)
+        if missing:
+            raise ConversionError(f"no .tflite op found for layer(s) {', '.join(missing)} of the reference model "
+                                  "(onnx2tf renamed or fused them), so they cannot be kept float; build --precision "
+                                  "int8 without --budget")
+        base = Path(ctx.workdir) / "tflite"
+        work = base / f"mp{len(list(base.glob('mp*')))}"
+        work.mkdir(parents=True)
+        import numpy as np
+
+        calib = base / "calib.npz"
+        if not calib.is_file():
+            np.savez(calib, **{s.name: np.stack([np.asarray(x[s.name]) for x in ctx.calib.samples])
+                               for s in ctx.source.inputs})
+        request = {"step": f"ai-edge-quantizer (int8, {len(scopes)} op(s) float)", "precision": "int8",
+                   "requantize": {"fp32": res["fp32"], "io": res["io"]}, "calib": str(calib),
+                   "calibration_cache": str(base / "calibration.json"), "float_scopes": sorted(set(scopes)),
+                   "threads": _threads(ctx.profile.threads if ctx.profile.name == "host" else None)}
+        out = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=None)
+        (work / IO_FILE).write_text(json.dumps(out["io"], indent=2))
+        return Path(out["model"])
 
 
 BACKEND = TFLiteBackend()

@@ -64,7 +64,7 @@ def _check_budget_report(r, kind):
     return mp
 
 
-@pytest.mark.parametrize("backend", ["ort", "openvino"])
+@pytest.mark.parametrize("backend", ["ort", "openvino", "tflite"])
 def test_ppocr_int8_within_one_point(tmp_path, ppocr_split, backend):
     calib, val = ppocr_split
     r = edgekit.build(PPOCR, "host", tmp_path / backend, backend=backend, precision="int8", calib=calib, val=val,
@@ -77,7 +77,8 @@ def test_ppocr_int8_within_one_point(tmp_path, ppocr_split, backend):
     assert r["model_size_bytes"] < r["source_size_bytes"]
 
 
-@pytest.mark.parametrize("backend,budget", [("ort", "cos=0.99995"), ("openvino", "cos=0.9999"), ("mnn", "cos=0.9995")])
+@pytest.mark.parametrize("backend,budget", [("ort", "cos=0.99995"), ("openvino", "cos=0.9999"), ("mnn", "cos=0.9995"),
+                                            ("tflite", "cos=0.9995")])
 def test_cos_budget_keeps_the_most_sensitive_layers_float(tmp_path, tiny_model, tiny_calib, tiny_val, backend, budget):
     r = edgekit.build(tiny_model, "host", tmp_path / "b", backend=backend, precision="int8", calib=tiny_calib,
                       val=tiny_val, budget=budget)

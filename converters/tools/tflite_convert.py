@@ -5,9 +5,14 @@ Usage: python -I tflite_convert.py request.json result.json (cwd: a scratch work
 request: {"onnx": reference model (static shapes), "precision": fp32|fp16|int8-dynamic|int8,
           "inputs": [{"name", "shape"}], "outputs": [{"name"}],
           "probe": npz with one structured sample per input (the layout the user feeds),
-          "calib": npz with calibration samples stacked per input, (n, *input shape) (int8 only), "threads": n}
+          "calib": npz with calibration samples stacked per input, (n, *input shape) (int8 only), "threads": n,
+          "float_scopes": op scopes (as in "weighted_ops") that int8 leaves in float,
+          "calibration_cache": json file with the int8 calibration ranges (written once, then reused),
+          "requantize": {"fp32": float32 .tflite, "io": io} (int8 only: quantize that file again, no conversion)}
 result:  {"fp32": path, "model": path, "io": {"inputs": [...], "outputs": [...]}, "ops": [...],
-          "versions": {...}, "warnings": [...], "steps": [...]}
+          "versions": {...}, "warnings": [...], "steps": [...],
+          "weighted_ops": [{"op", "scope", "node", "outputs"}]: the float32 file's convolutions and fully
+          connected ops, with the ONNX node each came from (onnx2tf names its weights "<node>_conv_filter"...)}
 
 Steps: onnxsim simplifies the graph (onnx2tf's flatbuffer_direct path needs every shape known);
 onnx2tf 2.x writes the float32 .tflite without TensorFlow (flatbuffer_direct); ai-edge-quantizer
@@ -22,6 +27,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -170,6 +176,105 @@ def tflite_ops(path):
     return [{"domain": "tflite", "op": n, "version": v, "count": c} for (n, v), c in sorted(counts.items())]
 
 
+WEIGHTED_TFL = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D", "BATCH_MATMUL")
+WEIGHT_SUFFIX = re.compile(r"^(.*?)(?:_group\d+)?_(?:transpose_conv_filter|conv_filter|depthwise_filter|fc_weights|"
+                           r"matmul_weights?|weights?|kernel|filter)(?:_q|_f32)?$")
+
+
+def name_nodes(model):
+    """Unnamed ONNX nodes get their first output's name, so onnx2tf's weight names say which node they belong to."""
+    taken = set(n.name for n in model.graph.node if n.name)
+    for n in model.graph.node:
+        if not n.name and n.output:
+            name = n.output[0]
+            while name in taken:
+                name += "_"
+            n.name = name
+            taken.add(name)
+
+
+def weighted_ops(path):
+    """The .tflite's weighted ops: [{"op", "scope" (ai-edge-quantizer's op scope), "node", "outputs"}]."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfu
+
+    model = tfu.read_model(path)
+    out = []
+    for sg in model.subgraphs[:1]:
+        for op in sg.operators:
+            code = model.operatorCodes[op.opcodeIndex].builtinCode
+            name = str(tfu.TFL_OP_CODE_TO_NAME.get(code, "")).split(".")[-1]
+            if name not in WEIGHTED_TFL:
+                continue
+            inputs = [tfu.get_tensor_name(sg.tensors[i]) for i in op.inputs if i >= 0]
+            m = WEIGHT_SUFFIX.match(inputs[1]) if len(inputs) > 1 else None
+            out.append({"op": name, "scope": tfu.get_op_scope(op, sg.tensors), "node": m.group(1) if m else None,
+                        "outputs": [tfu.get_tensor_name(sg.tensors[i]) for i in op.outputs if i >= 0]})
+    return out
+
+
+def float_region(path, scopes):
+    """The scopes of the weighted ops in ``scopes`` plus every op between them and the neighbouring weighted ops
+    (padding, pooling, activations, reshapes, softmax): quantized, those would quantize the float layer's input
+    and output anyway (measured on a small CNN: every convolution float alone left the all-int8 cosine)."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfu
+
+    model = tfu.read_model(path)
+    sg = model.subgraphs[0]
+    kinds = [str(tfu.TFL_OP_CODE_TO_NAME.get(model.operatorCodes[op.opcodeIndex].builtinCode, "")).split(".")[-1]
+             for op in sg.operators]
+    op_scopes = [tfu.get_op_scope(op, sg.tensors) for op in sg.operators]
+    producer, consumers = {}, {}
+    for k, op in enumerate(sg.operators):
+        for t in op.outputs:
+            producer[t] = k
+        for t in op.inputs:
+            if t >= 0:
+                consumers.setdefault(t, []).append(k)
+    wanted = set(scopes)
+    heads = [k for k, sc in enumerate(op_scopes) if sc in wanted]
+    region = set(heads)
+    back = [t for k in heads for t in sg.operators[k].inputs if t >= 0]
+    ahead = [t for k in heads for t in sg.operators[k].outputs]
+    seen = set()
+    while back:
+        t = back.pop()
+        if t in seen or t not in producer:
+            continue
+        seen.add(t)
+        k = producer[t]
+        if kinds[k] not in WEIGHTED_TFL and k not in region:
+            region.add(k)
+            back.extend(t for t in sg.operators[k].inputs if t >= 0)
+    seen = set()
+    while ahead:
+        t = ahead.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for k in consumers.get(t, []):
+            if kinds[k] not in WEIGHTED_TFL and k not in region:
+                region.add(k)
+                ahead.extend(sg.operators[k].outputs)
+    return [op_scopes[k] for k in sorted(region)]
+
+
+def _save_calibration(cal, path):
+    import numpy as np
+
+    data = dict((t, dict((k, np.asarray(v).tolist()) for k, v in qsv.items())) for t, qsv in cal.items())
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def _load_calibration(path):
+    import numpy as np
+
+    with open(path) as f:
+        data = json.load(f)
+    return dict((t, dict((k, np.asarray(v, dtype=np.float32)) for k, v in qsv.items())) for t, qsv in data.items())
+
+
 def quantize(fp32, precision, io, req, out_path):
     from ai_edge_quantizer import quantizer, recipe, qtyping
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
@@ -194,6 +299,27 @@ def quantize(fp32, precision, io, req, out_path):
         from ai_edge_litert import interpreter as tfl
 
         q.load_quantization_recipe(recipe.static_wi8_ai8())
+        floats = float_region(fp32, req["float_scopes"]) if req.get("float_scopes") else []
+        for scope in floats:  # the latest matching recipe entry wins: these ops stay float
+            q.update_quantization_recipe(regex="^%s$" % re.escape(scope),
+                                         operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+                                         algorithm_key=AlgorithmName.NO_QUANTIZE)
+        cache = req.get("calibration_cache")
+        if cache and os.path.isfile(cache):
+            t0 = time.time()
+            cal = _load_calibration(cache)
+            n = len(np.load(req["calib"])[io["inputs"][0]["name"]])
+            result = q.quantize(cal)
+            info.update(method="static (full int8: weights and activations)", weights="int8 per-channel, symmetric",
+                        activations="int8 per-tensor (min/max)", calibration_samples=n,
+                        calibration_seconds=0.0, calibration="reused", float_ops=floats)
+            result.export_model(out_path, overwrite=True)
+            return info
+        if floats:  # calibrate with every op quantized, so the ranges serve every float set
+            qfull = quantizer.Quantizer(fp32)
+            qfull.load_quantization_recipe(recipe.static_wi8_ai8())
+        else:
+            qfull = q
         it = tfl.Interpreter(model_path=fp32)
         sigs = it.get_signature_list()
         if not sigs:
@@ -211,11 +337,13 @@ def quantize(fp32, precision, io, req, out_path):
             ).astype(np.float32)) for s in io["inputs"]))
         t0 = time.time()
         log("  calibrating int8 on %d samples (ai-edge-quantizer, min/max)" % n)
-        cal = q.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))
+        cal = qfull.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))
+        if cache:
+            _save_calibration(cal, cache)
         result = q.quantize(cal)
         info.update(method="static (full int8: weights and activations)", weights="int8 per-channel, symmetric",
                     activations="int8 per-tensor (min/max)", calibration_samples=n,
-                    calibration_seconds=round(time.time() - t0, 2))
+                    calibration_seconds=round(time.time() - t0, 2), float_ops=floats)
     else:
         raise SystemExit("unknown precision %r" % precision)
     result.export_model(out_path, overwrite=True)
@@ -244,6 +372,19 @@ def main(req_path, res_path):
     work = os.getcwd()
     warnings, steps = [], []
     t0 = time.time()
+    if req.get("requantize"):  # int8 again from the float32 file a build already converted (mixed precision)
+        fp32, io = req["requantize"]["fp32"], req["requantize"]["io"]
+        model_path = os.path.join(work, "model.int8.tflite")
+        with contextlib.redirect_stderr(sys.stdout):
+            quant = quantize(fp32, "int8", io, req, model_path)
+        steps.append({"step": "ai-edge-quantizer int8", "seconds": round(time.time() - t0, 2)})
+        result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
+                  "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
+                  "warnings": warnings, "steps": steps, "weighted_ops": weighted_ops(fp32)}
+        with open(res_path + ".tmp", "w") as f:
+            json.dump(result, f, indent=2)
+        os.replace(res_path + ".tmp", res_path)
+        return
     model = onnx.load(req["onnx"])
     try:
         import onnxsim
@@ -255,6 +396,7 @@ def main(req_path, res_path):
             warnings.append("onnxsim could not verify its simplified graph; the original graph was converted")
     except Exception as e:  # onnx2tf may still manage; it reports its own error otherwise
         warnings.append("onnxsim failed (%s); the original graph was converted" % (str(e).splitlines() or [""])[0])
+    name_nodes(model)
     sim_path = os.path.join(work, "simplified.onnx")
     onnx.save(model, sim_path)
     steps.append({"step": "onnxsim", "seconds": round(time.time() - t0, 2)})
@@ -287,7 +429,7 @@ def main(req_path, res_path):
         steps.append({"step": "ai-edge-quantizer " + req["precision"], "seconds": round(time.time() - t2, 2)})
     result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
               "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
-              "warnings": warnings, "steps": steps}
+              "warnings": warnings, "steps": steps, "weighted_ops": weighted_ops(fp32)}
     with open(res_path + ".tmp", "w") as f:
         json.dump(result, f, indent=2)
     os.replace(res_path + ".tmp", res_path)
