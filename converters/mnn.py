@@ -548,23 +548,32 @@ class MNNBackend(Backend):
         heads = [op for op in oplist if op.get("name") in ops]
         back = [t for op in heads for t in op.get("inputIndexes") or []]
         ahead = [t for op in heads for t in op.get("outputIndexes") or []]
+        # Only through ops that run int8 or float alike (layout, pooling, softmax), and only tensors every reader
+        # of which takes float: an op with int8-specific parameters (UnaryOp's tableInt8: hard-swish) fed a
+        # tensor that lost its quantization computes garbage (measured on PP-OCR: cosine 0.99 -> 0.6).
+        def readers_ok(t):  # every reader takes a float tensor: a convolution, a float layer, or a safe op
+            return all(c.get("type") in MNN_WEIGHTED or c.get("type") in FLOAT_SAFE or c.get("name") in ops
+                       for c in consumers.get(t, []))
+
         while back:
             t = back.pop()
-            if t in drop:
+            if t in drop or not readers_ok(t):
                 continue
-            drop.add(t)
             p = producer.get(t)
-            if p is not None and p.get("type") not in MNN_WEIGHTED:
+            if p is None or p.get("type") == "Input" or p.get("name") in ops:
+                drop.add(t)
+            elif p.get("type") in FLOAT_SAFE:
+                drop.add(t)
                 back.extend(p.get("inputIndexes") or [])
         seen = set()
         while ahead:
             t = ahead.pop()
-            if t in seen:
+            if t in seen or not readers_ok(t):
                 continue
             seen.add(t)
             drop.add(t)
             for c in consumers.get(t, []):
-                if c.get("type") not in MNN_WEIGHTED:
+                if c.get("type") in FLOAT_SAFE:
                     ahead.extend(c.get("outputIndexes") or [])
         net["extraTensorDescribe"] = [d for d in net.get("extraTensorDescribe") or [] if d.get("index") not in drop]
         dump.write_text(json.dumps(net))
@@ -577,6 +586,8 @@ class MNNBackend(Backend):
 
 MNN_WEIGHTED = ("Convolution", "ConvolutionDepthwise", "Deconvolution", "DeconvolutionDepthwise")
 MATMUL_SUFFIX = "__matmul_converted"
+# ops whose int8 form needs nothing but the tensors' quantization: a float layer's activations stay float through them
+FLOAT_SAFE = ("ConvertTensor", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Pooling", "Pooling3D", "Softmax")
 # ONNX nodes an MNN convolution absorbs after the weighted node (its name is the last one's output)
 TRACE_THROUGH = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "PRelu",
                  "Reshape", "Flatten", "Squeeze", "Unsqueeze")
