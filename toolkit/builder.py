@@ -23,7 +23,7 @@ from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
 FIDELITY_SAMPLES = 400
-CACHE_EPOCH = 2  # bump when what a build writes changes, so older cached bundles are not reused
+CACHE_EPOCH = 3  # bump when what a build writes changes, so older cached bundles are not reused
 SLOWER = 0.95  # a shrunk build under 0.95x the reference's speed counts as measured slower
 CALIB_SAMPLES = 256
 
