@@ -27,6 +27,19 @@ def isolated_cache(tmp_path_factory):
         os.environ["EDGEKIT_CACHE_DIR"] = old
 
 
+PPOCR_SHA256 = "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"  # README: Sources and licences
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shipped_model_is_never_written():
+    """Builds read their input; nothing in the suite may write over the model the project ships."""
+    from edgekit.model import file_sha256
+
+    assert file_sha256(PPOCR) == PPOCR_SHA256, f"{PPOCR} differs from the shipped file: restore it from git"
+    yield
+    assert file_sha256(PPOCR) == PPOCR_SHA256, f"a test wrote over {PPOCR}"
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     from models import tiny_cnn
