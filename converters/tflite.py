@@ -168,22 +168,9 @@ class TFLiteBackend(Backend):
     def runner(self, model_path, threads=None):
         """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT): the one this
         build made, else one converted now (e.g. the unpruned model of a pruned build). Close it when done."""
-        from .toolworker import HostRunner
+        from .toolworker import HostRunner, own_fp32
 
-        path, cleanup = model_path, []
-        if str(model_path).endswith(".onnx"):
-            path = self._fp32_for.get(str(Path(model_path).resolve()))
-            if path is None:
-                import shutil
-                import tempfile
-
-                tmp = Path(tempfile.mkdtemp(prefix="edgekit-tflite-timing-"))
-                cleanup.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
-                try:
-                    path = self.convert_fp32(model_path, tmp)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
+        path, cleanup = own_fp32(self, model_path, self._fp32_for)
         model = self._model(path, threads)
         return HostRunner(model.run, cleanup + [model.close], runtime=self.runtime)
 

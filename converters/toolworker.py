@@ -180,6 +180,26 @@ def _stop(proc):
             pass
 
 
+def own_fp32(backend, model_path, built):
+    """``(path, cleanup)``: what to time for ``model_path`` in ``backend``'s runtime.
+
+    A built model is itself; an ONNX reference is the runtime's fp32 build of it: the one this
+    build made (``built``: reference path -> fp32 file), else one converted now into a temporary
+    directory that ``cleanup`` (a list of callables) removes.
+    """
+    if not str(model_path).endswith(".onnx"):
+        return model_path, []
+    fp32 = built.get(str(Path(model_path).resolve()))
+    if fp32 is not None:
+        return fp32, []
+    tmp = Path(tempfile.mkdtemp(prefix=f"edgekit-{backend.name}-timing-"))
+    try:
+        return backend.convert_fp32(model_path, tmp), [lambda: shutil.rmtree(tmp, ignore_errors=True)]
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 class HostRunner:
     """``run(feed)`` for timing on the host, with ``close()`` for what it holds (a worker, a temporary build)."""
 
@@ -252,18 +272,7 @@ class ToolEnvBackend(Backend):
         """For timing on the host; close it when done. An ONNX reference is timed as this runtime's own fp32 build
         of it (made by this build, or converted now when this build did not make one, e.g. for the unpruned model
         of a pruned build), so a comparison is runtime against runtime."""
-        cleanup = []
-        if str(model_path).endswith(".onnx"):
-            fp32 = self._fp32_of.get(str(Path(model_path).resolve()))
-            if fp32 is None:
-                tmp = Path(tempfile.mkdtemp(prefix=f"edgekit-{self.name}-timing-"))
-                cleanup.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
-                try:
-                    fp32 = self.convert_fp32(model_path, tmp)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-            model_path = fp32
+        model_path, cleanup = own_fp32(self, model_path, self._fp32_of)
         try:
             worker = self.worker(model_path, threads)
         except BaseException:

@@ -13,8 +13,8 @@ bundle stays in ``OUTPUT-candidates/``. Nothing is decided by a rule of thumb: a
 is rejected only because it failed fidelity or was measured slower.
 """
 
+import json
 import os
-import shutil
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -270,15 +270,10 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
     if winner is None:
         raise FidelityError(f"--auto found nothing to ship for {prof.name}: "
                             + "; ".join(f"{c['label']}: {c.get('reason', c['status'])}" for c in cands))
-    staged = bundle_mod.staging_dir(output)
-    try:
-        shutil.rmtree(staged)
-        shutil.copytree(winner["bundle"], staged)
+    def as_winner(staged):
         manifest = bundle_mod.load(staged)
         manifest["name"] = base  # the version id does not depend on the name: the files are the same
         bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)
-        import json
-
         report = json.loads((staged / bundle_mod.REPORT_JSON).read_text())
         report["name"] = base
         report["output"] = str(output)
@@ -293,11 +288,9 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
             "skipped": skipped, "seconds": round(time.perf_counter() - t0, 1),
         }
         write_report(staged, report)
-        bundle_mod.replace_dir(staged, output)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    return report
+        return report
+
+    return bundle_mod.publish_copy(winner["bundle"], output, as_winner)
 
 
 def auto_text(report):

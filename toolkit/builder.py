@@ -177,20 +177,16 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     hit = cache.lookup(cache_key) if use_cache else None
     if hit:
         log(f"unchanged inputs: reusing cached build {cache_key[:12]}")
-        staged = bundle_mod.staging_dir(output)
-        try:
-            shutil.rmtree(staged)
-            shutil.copytree(hit, staged)
+
+        def stamp(staged):
             report = json.loads((staged / bundle_mod.REPORT_JSON).read_text())
             report["cache"] = {"hit": True, "key": cache_key}
             report["build_seconds"] = round(time.perf_counter() - t0, 3)
             report["output"] = str(output)
             write_report(staged, report)
-            bundle_mod.replace_dir(staged, output)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-        return report
+            return report
+
+        return bundle_mod.publish_copy(hit, output, stamp)
 
     work = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:

@@ -78,6 +78,23 @@ def staging_dir(target):
     return staged
 
 
+def publish_copy(source, target, edit):
+    """Put a copy of bundle ``source`` at ``target``, changed by ``edit(staged_dir)`` first, atomically.
+
+    Returns what ``edit`` returns; on any failure ``target`` is left as it was.
+    """
+    staged = staging_dir(target)
+    try:
+        shutil.rmtree(staged)
+        shutil.copytree(source, staged)
+        result = edit(staged)
+        replace_dir(staged, target)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return result
+
+
 def load(path):
     """Read and verify a bundle: every manifest file present with its size and sha256."""
     path = Path(path)

@@ -18,6 +18,15 @@ def _err(msg):
     sys.stderr.write(msg.rstrip() + "\n")
 
 
+def _write_html(path, html):
+    """Write a report page whole (temporary file, then rename) and say where."""
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)
+    _err(f"wrote {out}")
+
+
 def _emit(args, data, text_fn):
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -336,11 +345,7 @@ def cmd_field(args):
         if args.html:
             from .field_html import render
 
-            out = Path(args.html)
-            tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(render(r), encoding="utf-8")
-            tmp.replace(out)
-            _err(f"wrote {out}")
+            _write_html(args.html, render(r))
         if args.json:
             for e in r["entries"]:
                 e.pop("histogram", None)
@@ -358,11 +363,7 @@ def cmd_explain(args):
     if args.html:
         from .placement_html import render
 
-        out = Path(args.html)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(render(report), encoding="utf-8")
-        tmp.replace(out)
-        _err(f"wrote {out}")
+        _write_html(args.html, render(report))
     _emit(args, report, text)
     return 0
 

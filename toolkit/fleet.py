@@ -307,16 +307,14 @@ def _row(fd, status, seconds, step=None, error=None, report=None, exit_code=0):
     }
 
 
-def _work(job, action, bundle_dir, profile, kwargs):
+def _work(job, action, bundle_dir, profile, backend, kwargs):
     from .deployer import bench, deploy, open_device
 
     fd = job.fd
     job.started = time.perf_counter()
     try:
         job.set_step("connecting")
-        from .bundle import load as load_bundle
-
-        backend = load_bundle(bundle_dir)["backend"]  # local:// runs a tool-environment backend under its Python
+        # local:// runs a tool-environment backend under its Python
         dev = open_device(fd.kind, fd.target, profile=fd.profile or profile, device_python=fd.python,
                           device_root=fd.root, backend=backend if fd.kind == "local" else None, **fd.options)
         try:
@@ -370,7 +368,7 @@ def run_fleet(action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEF
 
     def start(job):
         def target():
-            _work(job, action, bundle_dir, profile, kwargs)
+            _work(job, action, bundle_dir, profile, manifest["backend"], kwargs)
             with cv:
                 cv.notify_all()
 

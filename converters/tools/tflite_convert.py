@@ -378,12 +378,7 @@ def main(req_path, res_path):
         with contextlib.redirect_stderr(sys.stdout):
             quant = quantize(fp32, "int8", io, req, model_path)
         steps.append({"step": "ai-edge-quantizer int8", "seconds": round(time.time() - t0, 2)})
-        result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
-                  "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
-                  "warnings": warnings, "steps": steps, "weighted_ops": weighted_ops(fp32)}
-        with open(res_path + ".tmp", "w") as f:
-            json.dump(result, f, indent=2)
-        os.replace(res_path + ".tmp", res_path)
+        write_result(res_path, fp32, model_path, io, quant, warnings, steps)
         return
     model = onnx.load(req["onnx"])
     try:
@@ -427,6 +422,11 @@ def main(req_path, res_path):
         with contextlib.redirect_stderr(sys.stdout):
             quant = quantize(fp32, req["precision"], io, req, model_path)
         steps.append({"step": "ai-edge-quantizer " + req["precision"], "seconds": round(time.time() - t2, 2)})
+    write_result(res_path, fp32, model_path, io, quant, warnings, steps)
+
+
+def write_result(res_path, fp32, model_path, io, quant, warnings, steps):
+    """The JSON result edgekit reads back (written whole, then renamed into place)."""
     result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
               "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
               "warnings": warnings, "steps": steps, "weighted_ops": weighted_ops(fp32)}
