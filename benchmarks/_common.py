@@ -63,8 +63,9 @@ def stop_agent(dev, root):
         pass
     pyz = Path(root) / "agent" / "edgekit-agent.pyz"
     if pyz.exists():
-        r = subprocess.run([sys.executable, str(pyz), "stop", "--root", str(root)], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run(
+            [sys.executable, str(pyz), "stop", "--root", str(root)], capture_output=True, text=True, timeout=60
+        )
         log(f"agent stop: {(r.stdout or r.stderr).strip()}")
 
 
@@ -75,8 +76,17 @@ def pct(values, q):
 def summary(values):
     """Median with spread: p10, p25, p50, p75, p90, IQR, n."""
     v = np.asarray(values, dtype=np.float64)
-    return {"p10": pct(v, 10), "p25": pct(v, 25), "p50": pct(v, 50), "p75": pct(v, 75), "p90": pct(v, 90),
-            "iqr": pct(v, 75) - pct(v, 25), "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
+    return {
+        "p10": pct(v, 10),
+        "p25": pct(v, 25),
+        "p50": pct(v, 50),
+        "p75": pct(v, 75),
+        "p90": pct(v, 90),
+        "iqr": pct(v, 75) - pct(v, 25),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "n": int(v.size),
+    }
 
 
 def environment():
@@ -97,10 +107,17 @@ def environment():
         pass
     import edgekit
 
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
-            "edgekit": edgekit.__version__, "loadavg_at_start": load,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": np.__version__,
+        "edgekit": edgekit.__version__,
+        "loadavg_at_start": load,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def table(headers, rows):

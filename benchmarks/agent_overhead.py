@@ -17,9 +17,8 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "agent_overhead"
 
@@ -53,9 +52,10 @@ def main(argv=None):
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
 
+    from make_mobilenetv2 import make_mobilenetv2
+
     import edgekit
     from edgekit.deployer import deploy
-    from make_mobilenetv2 import make_mobilenetv2
 
     work = C.workspace(NAME, args.keep_cache)
     env = C.environment()
@@ -95,9 +95,13 @@ def main(argv=None):
                 a = rep["latency_ms"]
                 agent_p50.append(a["p50"])
                 bare_p50.append(b["p50"])
-                rounds.append({"agent": {k: a[k] for k in ("p50", "p90", "iqr", "min", "mean")},
-                               "bare": {k: b[k] for k in ("p50", "p90", "iqr", "min")},
-                               "ratio": a["p50"] / b["p50"]})
+                rounds.append(
+                    {
+                        "agent": {k: a[k] for k in ("p50", "p90", "iqr", "min", "mean")},
+                        "bare": {k: b[k] for k in ("p50", "p90", "iqr", "min")},
+                        "ratio": a["p50"] / b["p50"],
+                    }
+                )
                 C.log(f"{name} T={threads} round {r + 1}: agent p50 {a['p50']:.3f} ms, bare p50 {b['p50']:.3f} ms")
             a_med, b_med = float(np.median(agent_p50)), float(np.median(bare_p50))
             ratio = a_med / b_med
@@ -105,22 +109,65 @@ def main(argv=None):
             a_iqr = float(np.median([x["agent"]["iqr"] for x in rounds]))
             b_iqr = float(np.median([x["bare"]["iqr"] for x in rounds]))
             paired = float(np.median(per_round))
-            results.append({"model": name, "threads": threads, "runs": runs, "warmup": warmup, "rounds": n_rounds,
-                            "agent_p50_ms": a_med, "bare_p50_ms": b_med, "agent_iqr_ms": a_iqr, "bare_iqr_ms": b_iqr,
-                            "ratio": ratio, "ratio_per_round": per_round, "median_paired_ratio": paired,
-                            "paired_ratio_p10_p90": [C.pct(per_round, 10), C.pct(per_round, 90)], "goal": 1.02, "meets_goal": ratio <= 1.02,
-                            "per_round": rounds})
-            rows.append([name, threads, f"{runs}/{warmup}", n_rounds, f"{a_med:.3f} ({a_iqr:.3f})", f"{b_med:.3f} ({b_iqr:.3f})",
-                         f"**{ratio:.3f}**", f"{paired:.3f} ({C.pct(per_round, 10):.3f}–{C.pct(per_round, 90):.3f})",
-                         "yes" if ratio <= 1.02 else "no"])
+            results.append(
+                {
+                    "model": name,
+                    "threads": threads,
+                    "runs": runs,
+                    "warmup": warmup,
+                    "rounds": n_rounds,
+                    "agent_p50_ms": a_med,
+                    "bare_p50_ms": b_med,
+                    "agent_iqr_ms": a_iqr,
+                    "bare_iqr_ms": b_iqr,
+                    "ratio": ratio,
+                    "ratio_per_round": per_round,
+                    "median_paired_ratio": paired,
+                    "paired_ratio_p10_p90": [C.pct(per_round, 10), C.pct(per_round, 90)],
+                    "goal": 1.02,
+                    "meets_goal": ratio <= 1.02,
+                    "per_round": rounds,
+                }
+            )
+            rows.append(
+                [
+                    name,
+                    threads,
+                    f"{runs}/{warmup}",
+                    n_rounds,
+                    f"{a_med:.3f} ({a_iqr:.3f})",
+                    f"{b_med:.3f} ({b_iqr:.3f})",
+                    f"**{ratio:.3f}**",
+                    f"{paired:.3f} ({C.pct(per_round, 10):.3f}–{C.pct(per_round, 90):.3f})",
+                    "yes" if ratio <= 1.02 else "no",
+                ]
+            )
 
     C.write_results(NAME, {"benchmark": NAME, "environment": env, "results": results})
-    print(f"### Agent bench vs bare ONNX Runtime (interleaved rounds, "
-          f"{env['cpu_count']}-core {env['machine']}, onnxruntime {env['onnxruntime']})\n")
-    print(C.table(["model", "threads", "runs/warm-up", "rounds", "agent p50 ms (IQR)", "bare ORT p50 ms (IQR)",
-                   "ratio of medians agent/bare", "median per-round ratio (p10–p90)", "≤ 1.02"], rows))
-    print("\np50 = median over rounds of each run's p50; IQR = median over rounds of each run's IQR; "
-          "the goal applies to the ratio of medians.")
+    print(
+        f"### Agent bench vs bare ONNX Runtime (interleaved rounds, "
+        f"{env['cpu_count']}-core {env['machine']}, onnxruntime {env['onnxruntime']})\n"
+    )
+    print(
+        C.table(
+            [
+                "model",
+                "threads",
+                "runs/warm-up",
+                "rounds",
+                "agent p50 ms (IQR)",
+                "bare ORT p50 ms (IQR)",
+                "ratio of medians agent/bare",
+                "median per-round ratio (p10–p90)",
+                "≤ 1.02",
+            ],
+            rows,
+        )
+    )
+    print(
+        "\np50 = median over rounds of each run's p50; IQR = median over rounds of each run's IQR; "
+        "the goal applies to the ratio of medians."
+    )
     return 0
 
 

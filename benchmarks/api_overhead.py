@@ -18,9 +18,8 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "api_overhead"
 GOAL_MS = 0.3
@@ -34,9 +33,10 @@ def main(argv=None):
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
 
+    from models import tiny_calib, tiny_cnn
+
     import edgekit
     from edgekit.deployer import deploy
-    from models import tiny_calib, tiny_cnn
 
     work = C.workspace(NAME, args.keep_cache)
     env = C.environment()
@@ -57,17 +57,21 @@ def main(argv=None):
     for _ in range(args.warmup):
         outs, meta = client.infer("tiny", {"input": x}, with_meta=True)
         j = client.infer_json("tiny", json_inputs)
-    np.testing.assert_allclose(np.asarray(j["outputs"]["probs"]["data"], np.float32).reshape(outs["probs"].shape),
-                               outs["probs"], rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(j["outputs"]["probs"]["data"], np.float32).reshape(outs["probs"].shape), outs["probs"], rtol=1e-6
+    )
 
     clock = time.perf_counter
     rec = {"binary": {"total": [], "inference": [], "queue": []}, "json": {"total": [], "inference": [], "queue": []}}
     # Blocks of 50 requests per encoding, alternating: one request of the other kind in between
     # (a JSON body is ~100x larger) would otherwise tax every measured request with its cache misses.
     block = 50
-    order = [(kind, i) for b in range(0, args.n, block)
-             for kind in (("binary", "json") if (b // block) % 2 == 0 else ("json", "binary"))
-             for i in range(b, min(b + block, args.n))]
+    order = [
+        (kind, i)
+        for b in range(0, args.n, block)
+        for kind in (("binary", "json") if (b // block) % 2 == 0 else ("json", "binary"))
+        for i in range(b, min(b + block, args.n))
+    ]
     for kind, _ in order:
         if kind == "binary":
             t0 = clock()
@@ -86,23 +90,62 @@ def main(argv=None):
     for kind, r in rec.items():
         total, inf = np.asarray(r["total"]), np.asarray(r["inference"])
         over = total - inf
-        results[kind] = {"overhead_ms": C.summary(over), "total_ms": C.summary(total), "inference_ms": C.summary(inf),
-                         "server_queue_ms": C.summary(r["queue"]), "requests": len(total)}
+        results[kind] = {
+            "overhead_ms": C.summary(over),
+            "total_ms": C.summary(total),
+            "inference_ms": C.summary(inf),
+            "server_queue_ms": C.summary(r["queue"]),
+            "requests": len(total),
+        }
         o = results[kind]["overhead_ms"]
-        rows.append([kind, len(total), f"**{o['p50']:.3f}**", f"{o['p90']:.3f}",
-                     f"{results[kind]['total_ms']['p50']:.3f}", f"{results[kind]['inference_ms']['p50']:.3f}",
-                     f"{results[kind]['server_queue_ms']['p50']:.3f}",
-                     ("yes" if o["p50"] <= GOAL_MS else "no") if kind == "binary" else "–"])
+        rows.append(
+            [
+                kind,
+                len(total),
+                f"**{o['p50']:.3f}**",
+                f"{o['p90']:.3f}",
+                f"{results[kind]['total_ms']['p50']:.3f}",
+                f"{results[kind]['inference_ms']['p50']:.3f}",
+                f"{results[kind]['server_queue_ms']['p50']:.3f}",
+                ("yes" if o["p50"] <= GOAL_MS else "no") if kind == "binary" else "–",
+            ]
+        )
 
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "goal_ms": GOAL_MS, "threads": args.threads,
-                           "input_shape": list(x.shape), "results": results,
-                           "meets_goal": results["binary"]["overhead_ms"]["p50"] <= GOAL_MS})
-    print(f"### Agent API overhead per request (tiny 16x16 CNN, {args.n} requests each, interleaved; "
-          f"{env['cpu_count']}-core {env['machine']}, Python {env['python']})\n")
-    print(C.table(["encoding", "requests", "overhead p50 ms", "overhead p90 ms", "client total p50 ms",
-                   "agent inference_ms p50", "agent queue_ms p50", "≤ 0.3 ms"], rows))
-    print("\noverhead = client wall time of the call − the agent's reported inference_ms for the same request; "
-          "queue_ms = agent time from handler start to inference start (body read, decode, input checks).")
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "goal_ms": GOAL_MS,
+            "threads": args.threads,
+            "input_shape": list(x.shape),
+            "results": results,
+            "meets_goal": results["binary"]["overhead_ms"]["p50"] <= GOAL_MS,
+        },
+    )
+    print(
+        f"### Agent API overhead per request (tiny 16x16 CNN, {args.n} requests each, interleaved; "
+        f"{env['cpu_count']}-core {env['machine']}, Python {env['python']})\n"
+    )
+    print(
+        C.table(
+            [
+                "encoding",
+                "requests",
+                "overhead p50 ms",
+                "overhead p90 ms",
+                "client total p50 ms",
+                "agent inference_ms p50",
+                "agent queue_ms p50",
+                "≤ 0.3 ms",
+            ],
+            rows,
+        )
+    )
+    print(
+        "\noverhead = client wall time of the call − the agent's reported inference_ms for the same request; "
+        "queue_ms = agent time from handler start to inference start (body read, decode, input checks)."
+    )
     return 0
 
 

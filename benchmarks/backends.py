@@ -12,14 +12,16 @@ import statistics
 import sys
 import time
 
+import _common as C
 import numpy as np
 
-import _common as C
-
 NAME = "backends"
-PRECISIONS = {"ort": ["fp32", "fp16", "int8"], "openvino": ["fp32", "fp16", "int8", "int8-weights"],
-              "mnn": ["fp32", "fp16", "int8-weights", "int4-weights", "int8"],
-              "tflite": ["fp32", "fp16", "int8-dynamic", "int8"]}
+PRECISIONS = {
+    "ort": ["fp32", "fp16", "int8"],
+    "openvino": ["fp32", "fp16", "int8", "int8-weights"],
+    "mnn": ["fp32", "fp16", "int8-weights", "int4-weights", "int8"],
+    "tflite": ["fp32", "fp16", "int8-dynamic", "int8"],
+}
 
 
 def bare_p50(be, model_path, feed, threads, runs):
@@ -63,8 +65,18 @@ def main(argv=None):
             out = work / f"{backend}-{precision}"
             C.log(f"build {backend} {precision}")
             try:
-                r = edgekit.build(C.PPOCR, "host", out, backend=backend, precision=precision, calib=calib, val=val,
-                                  input_shapes=C.PPOCR_SHAPE, name=f"ppocr-{backend}-{precision}", allow_degraded=True)
+                r = edgekit.build(
+                    C.PPOCR,
+                    "host",
+                    out,
+                    backend=backend,
+                    precision=precision,
+                    calib=calib,
+                    val=val,
+                    input_shapes=C.PPOCR_SHAPE,
+                    name=f"ppocr-{backend}-{precision}",
+                    allow_degraded=True,
+                )
             except edgekit.EdgekitError as e:
                 C.log(f"  {backend} {precision} failed: {e}")
                 results.append({"backend": backend, "precision": precision, "error": str(e)})
@@ -88,25 +100,59 @@ def main(argv=None):
             a, b = statistics.median(agent), statistics.median(bare)
             paired = sorted(x / y for x, y in zip(agent, bare))
             ratio = statistics.median(paired)
-            results.append({"backend": backend, "precision": precision, "size_bytes": r["model_size_bytes"],
-                            "agent_p50_ms": a, "bare_p50_ms": b, "ratio": ratio, "paired_ratios": paired,
-                            "ratio_of_medians": a / b, "agent_rounds": agent,
-                            "bare_rounds": bare, "accuracy": m.get("accuracy"), "accuracy_reference":
-                            m.get("accuracy_reference"), "top1_agreement": m.get("top1_agreement"),
-                            "fidelity_passed": r["fidelity"]["passed"], "accelerator": rep.get("accelerator"),
-                            "inference_precision": rep.get("inference_precision"), "warnings": rep.get("warnings")})
-            rows.append([backend, precision, f"{r['model_size_bytes'] / 1024:.1f}",
-                         f"{a:.3f} ({min(agent):.3f}–{max(agent):.3f})", f"{b:.3f}",
-                         f"**{ratio:.3f}** ({paired[0]:.2f}–{paired[-1]:.2f})",
-                         f"acc {m.get('accuracy', float('nan')):.2f}% (fp32 {m.get('accuracy_reference', float('nan')):.2f}%)"
-                         f", top-1 {100 * m.get('top1_agreement', float('nan')):.1f}%"
-                         + ("" if r["fidelity"]["passed"] else ", BELOW GATE")])
+            results.append(
+                {
+                    "backend": backend,
+                    "precision": precision,
+                    "size_bytes": r["model_size_bytes"],
+                    "agent_p50_ms": a,
+                    "bare_p50_ms": b,
+                    "ratio": ratio,
+                    "paired_ratios": paired,
+                    "ratio_of_medians": a / b,
+                    "agent_rounds": agent,
+                    "bare_rounds": bare,
+                    "accuracy": m.get("accuracy"),
+                    "accuracy_reference": m.get("accuracy_reference"),
+                    "top1_agreement": m.get("top1_agreement"),
+                    "fidelity_passed": r["fidelity"]["passed"],
+                    "accelerator": rep.get("accelerator"),
+                    "inference_precision": rep.get("inference_precision"),
+                    "warnings": rep.get("warnings"),
+                }
+            )
+            rows.append(
+                [
+                    backend,
+                    precision,
+                    f"{r['model_size_bytes'] / 1024:.1f}",
+                    f"{a:.3f} ({min(agent):.3f}–{max(agent):.3f})",
+                    f"{b:.3f}",
+                    f"**{ratio:.3f}** ({paired[0]:.2f}–{paired[-1]:.2f})",
+                    f"acc {m.get('accuracy', float('nan')):.2f}% (fp32 {m.get('accuracy_reference', float('nan')):.2f}%)"
+                    f", top-1 {100 * m.get('top1_agreement', float('nan')):.1f}%"
+                    + ("" if r["fidelity"]["passed"] else ", BELOW GATE"),
+                ]
+            )
     C.write_results(args.results, {"benchmark": NAME, "environment": env, "results": results})
-    print(f"### PP-OCR cls per backend and precision (host profile, 1 thread, {env['cpu_count']}-core "
-          f"{env['machine']}, {args.rounds} interleaved rounds of {args.runs} runs; a round pairs one agent bench with one bare loop)\n")
-    print(C.table(["backend", "precision", "size KB", "agent p50 ms (range)", "bare runtime p50 ms",
-                   "agent / bare, median of paired rounds (range)",
-                   "fidelity (400 rendered lines)"], rows))
+    print(
+        f"### PP-OCR cls per backend and precision (host profile, 1 thread, {env['cpu_count']}-core "
+        f"{env['machine']}, {args.rounds} interleaved rounds of {args.runs} runs; a round pairs one agent bench with one bare loop)\n"
+    )
+    print(
+        C.table(
+            [
+                "backend",
+                "precision",
+                "size KB",
+                "agent p50 ms (range)",
+                "bare runtime p50 ms",
+                "agent / bare, median of paired rounds (range)",
+                "fidelity (400 rendered lines)",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

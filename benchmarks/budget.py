@@ -18,9 +18,8 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "budget"
 
@@ -28,8 +27,12 @@ NAME = "budget"
 def fidelity_of(report):
     step = report["fidelity"]["steps"][-1]
     _, m = next(iter(step["outputs"].items()))
-    return {"cosine_mean": m.get("cosine_mean"), "top1_agreement": m.get("top1_agreement"),
-            "accuracy": m.get("accuracy"), "accuracy_reference": m.get("accuracy_reference")}
+    return {
+        "cosine_mean": m.get("cosine_mean"),
+        "top1_agreement": m.get("top1_agreement"),
+        "accuracy": m.get("accuracy"),
+        "accuracy_reference": m.get("accuracy_reference"),
+    }
 
 
 def text(f):
@@ -57,8 +60,10 @@ def time_models(be, paths, feed, rounds, runs, warmup=20):
                 fns[k](feed)
                 t.append((time.perf_counter() - t0) * 1000)
             p50[k].append(statistics.median(t))
-    return {k: {"p50_ms": float(np.median(v)), "iqr_ms": C.pct(v, 75) - C.pct(v, 25), "per_round": v}
-            for k, v in p50.items()}
+    return {
+        k: {"p50_ms": float(np.median(v)), "iqr_ms": C.pct(v, 75) - C.pct(v, 25), "per_round": v}
+        for k, v in p50.items()
+    }
 
 
 def main(argv=None):
@@ -68,10 +73,11 @@ def main(argv=None):
     ap.add_argument("--skip-mnv2", action="store_true")
     args = ap.parse_args(argv)
 
+    from make_mobilenetv2 import make_mobilenetv2, random_inputs
+
     import edgekit
     from edgekit import converters
     from edgekit.passes.mixed_precision import Budget
-    from make_mobilenetv2 import make_mobilenetv2, random_inputs
 
     work = C.workspace(NAME)
     env = C.environment()
@@ -94,50 +100,108 @@ def main(argv=None):
             out = work / "bundles" / f"{label}-{variant.replace('=', '')}"
             t0 = time.perf_counter()
             try:
-                rep = edgekit.build(src, "host", out, precision="fp32" if variant == "fp32" else "int8",
-                                    calib=None if variant == "fp32" else calib, val=vset, input_shapes=shapes,
-                                    budget=None if variant in ("fp32", "int8") else
-                                    Budget.parse(variant, max_evaluations=args.max_evaluations), use_cache=False,
-                                    log=C.log)
+                rep = edgekit.build(
+                    src,
+                    "host",
+                    out,
+                    precision="fp32" if variant == "fp32" else "int8",
+                    calib=None if variant == "fp32" else calib,
+                    val=vset,
+                    input_shapes=shapes,
+                    budget=None
+                    if variant in ("fp32", "int8")
+                    else Budget.parse(variant, max_evaluations=args.max_evaluations),
+                    use_cache=False,
+                    log=C.log,
+                )
             except edgekit.errors.FidelityError as e:
                 C.log(f"{label} {variant}: {e}")
-                results.append({"model": label, "variant": variant, "error": str(e),
-                                "search": getattr(e, "report", None)})
+                results.append(
+                    {"model": label, "variant": variant, "error": str(e), "search": getattr(e, "report", None)}
+                )
                 rows.append([label, variant, "–", "–", "–", "–", "not met (see results)"])
                 continue
             mp = rep.get("mixed_precision")
-            builds[variant] = {"path": out / rep["files"][0]["name"], "report": rep,
-                               "seconds": time.perf_counter() - t0}
-            C.log(f"built {label} {variant}: {rep['model_size_bytes'] / 1024:.1f} KB, {text(fidelity_of(rep))}"
-                  + (f", {len(mp['float_layer_names'])} float layer(s)" if mp else ""))
-        timing = time_models(be, {k: b["path"] for k, b in builds.items()},
-                             {k: v[:1] for k, v in np.load(vset).items() if k != "labels"},
-                             args.rounds, runs)
+            builds[variant] = {
+                "path": out / rep["files"][0]["name"],
+                "report": rep,
+                "seconds": time.perf_counter() - t0,
+            }
+            C.log(
+                f"built {label} {variant}: {rep['model_size_bytes'] / 1024:.1f} KB, {text(fidelity_of(rep))}"
+                + (f", {len(mp['float_layer_names'])} float layer(s)" if mp else "")
+            )
+        timing = time_models(
+            be,
+            {k: b["path"] for k, b in builds.items()},
+            {k: v[:1] for k, v in np.load(vset).items() if k != "labels"},
+            args.rounds,
+            runs,
+        )
         for variant, b in builds.items():
             rep, mp = b["report"], b["report"].get("mixed_precision")
             f = fidelity_of(rep)
-            entry = {"model": label, "variant": variant, "precision": rep["precision"],
-                     "size_bytes": rep["model_size_bytes"], "fidelity": f,
-                     "float_layers": mp["float_layer_names"] if mp else None,
-                     "candidates": mp["candidates"] if mp else None,
-                     "evaluations": mp["evaluations"] if mp else None,
-                     "budget_met": mp["final"]["met"] if mp else None,
-                     "search_seconds": mp["seconds"] if mp else None, "build_seconds": round(b["seconds"], 2),
-                     "host_p50_ms": timing[variant]["p50_ms"], "host_iqr_ms": timing[variant]["iqr_ms"],
-                     "host_p50_per_round_ms": timing[variant]["per_round"],
-                     "speed_vs_fp32": timing["fp32"]["p50_ms"] / timing[variant]["p50_ms"]}
+            entry = {
+                "model": label,
+                "variant": variant,
+                "precision": rep["precision"],
+                "size_bytes": rep["model_size_bytes"],
+                "fidelity": f,
+                "float_layers": mp["float_layer_names"] if mp else None,
+                "candidates": mp["candidates"] if mp else None,
+                "evaluations": mp["evaluations"] if mp else None,
+                "budget_met": mp["final"]["met"] if mp else None,
+                "search_seconds": mp["seconds"] if mp else None,
+                "build_seconds": round(b["seconds"], 2),
+                "host_p50_ms": timing[variant]["p50_ms"],
+                "host_iqr_ms": timing[variant]["iqr_ms"],
+                "host_p50_per_round_ms": timing[variant]["per_round"],
+                "speed_vs_fp32": timing["fp32"]["p50_ms"] / timing[variant]["p50_ms"],
+            }
             results.append(entry)
-            floats = "–" if not mp else f"{len(mp['float_layer_names'])} of {mp['candidates']} ({mp['evaluations']} eval.)"
-            rows.append([label, variant, f"{entry['size_bytes'] / 1024:.1f}",
-                         f"{entry['host_p50_ms']:.3f} ({entry['host_iqr_ms']:.3f})", f"{entry['speed_vs_fp32']:.2f}×",
-                         floats, text(f)])
+            floats = (
+                "–" if not mp else f"{len(mp['float_layer_names'])} of {mp['candidates']} ({mp['evaluations']} eval.)"
+            )
+            rows.append(
+                [
+                    label,
+                    variant,
+                    f"{entry['size_bytes'] / 1024:.1f}",
+                    f"{entry['host_p50_ms']:.3f} ({entry['host_iqr_ms']:.3f})",
+                    f"{entry['speed_vs_fp32']:.2f}×",
+                    floats,
+                    text(f),
+                ]
+            )
 
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "rounds": args.rounds,
-                           "max_evaluations": args.max_evaluations, "results": results})
-    print(f"### Plain INT8 vs INT8 under a budget (ONNX Runtime, host, 1 thread, {args.rounds} interleaved rounds, "
-          f"{env['cpu_count']}-core {env['machine']})\n")
-    print(C.table(["model", "build", "size KB", "host p50 ms (IQR)", "speed vs fp32", "float layers",
-                   "fidelity vs fp32 source"], rows))
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "rounds": args.rounds,
+            "max_evaluations": args.max_evaluations,
+            "results": results,
+        },
+    )
+    print(
+        f"### Plain INT8 vs INT8 under a budget (ONNX Runtime, host, 1 thread, {args.rounds} interleaved rounds, "
+        f"{env['cpu_count']}-core {env['machine']})\n"
+    )
+    print(
+        C.table(
+            [
+                "model",
+                "build",
+                "size KB",
+                "host p50 ms (IQR)",
+                "speed vs fp32",
+                "float layers",
+                "fidelity vs fp32 source",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

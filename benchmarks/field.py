@@ -16,9 +16,8 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "field"
 
@@ -44,12 +43,12 @@ def recording_micro(n=200000):
 
 
 def recording_e2e(work, rounds=8, block=300):
-    import edgekit
-    from edgekit.deployer import deploy, open_device
-    from edgekit_sdk import AgentClient
     from models import tiny_calib, tiny_cnn
 
+    import edgekit
     from edgekit import agent_package
+    from edgekit.deployer import deploy
+    from edgekit_sdk import AgentClient
 
     model = tiny_cnn(work / "tiny.onnx")
     out = work / "bundle"
@@ -58,8 +57,9 @@ def recording_e2e(work, rounds=8, block=300):
     clients = {}
     for label, extra in (("recording", []), ("no-telemetry", ["--no-telemetry"])):
         root = work / label
-        subprocess.run([sys.executable, str(pyz), "start", "--root", str(root)] + extra, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, str(pyz), "start", "--root", str(root)] + extra, check=True, capture_output=True
+        )
         dev = C.open_local_device(root)
         deploy(out, dev, bench=False)
         dev.client.load("tiny", threads=1)
@@ -70,7 +70,7 @@ def recording_e2e(work, rounds=8, block=300):
             c.infer("tiny", x)
     totals = {k: [] for k in clients}
     for r in range(rounds):
-        for label in (sorted(clients) if r % 2 == 0 else sorted(clients, reverse=True)):
+        for label in sorted(clients) if r % 2 == 0 else sorted(clients, reverse=True):
             c = clients[label]
             for _ in range(block):
                 t0 = time.perf_counter()
@@ -82,7 +82,6 @@ def recording_e2e(work, rounds=8, block=300):
 
 
 def pull_throughput(work, n=200000):
-    from edgekit.deployer import open_device
     from edgekit.field import FieldStore, pull
     from edgekit_agent.telemetry import Recorder
 
@@ -99,8 +98,12 @@ def pull_throughput(work, n=200000):
         t0 = time.perf_counter()
         result = pull(dev, store, batch_size=20000)
         seconds = time.perf_counter() - t0
-    return {"records": result["added"], "seconds": seconds, "records_per_s": result["added"] / seconds,
-            "batch_size": 20000}
+    return {
+        "records": result["added"],
+        "seconds": seconds,
+        "records_per_s": result["added"] / seconds,
+        "batch_size": 20000,
+    }
 
 
 def report_time(work, n=1000000):
@@ -116,8 +119,24 @@ def report_time(work, n=1000000):
         for i in range(n):
             dev = f"dev{i % 10}"
             ver = "v1" if ts[i] < now - 3 * 86400 else "v2"
-            rows.append((dev, i, float(ts[i]), "ppocr", ver, "ort", "CPUExecutionProvider", "1x3x48x192", 0.05,
-                         float(ms[i]), None, None, "ok" if i % 500 else "bad_request", None))
+            rows.append(
+                (
+                    dev,
+                    i,
+                    float(ts[i]),
+                    "ppocr",
+                    ver,
+                    "ort",
+                    "CPUExecutionProvider",
+                    "1x3x48x192",
+                    0.05,
+                    float(ms[i]),
+                    None,
+                    None,
+                    "ok" if i % 500 else "bad_request",
+                    None,
+                )
+            )
         store.db.execute("BEGIN")
         store.db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         store.db.execute("COMMIT")
@@ -147,22 +166,51 @@ def main(argv=None):
     C.log(f"report over {args.records} records")
     rep = report_time(work, args.records)
     rec, off = e2e["recording"], e2e["no-telemetry"]
-    results = {"benchmark": NAME, "environment": env, "recording_us_per_request": micro, "end_to_end_ms": e2e,
-               "pull": pulled, "report": rep, "goal_recording_us": 20.0}
+    results = {
+        "benchmark": NAME,
+        "environment": env,
+        "recording_us_per_request": micro,
+        "end_to_end_ms": e2e,
+        "pull": pulled,
+        "report": rep,
+        "goal_recording_us": 20.0,
+    }
     C.write_results(NAME, results)
     print(f"### Field telemetry costs ({env['cpu_count']}-core {env['machine']}, Python {env['python']})\n")
-    print(C.table(["what", "median", "spread", "goal"], [
-        ["recording per request, in-process (append + counters)", f"**{micro['p50']:.2f} µs**",
-         f"{micro['min']:.2f}–{micro['max']:.2f} µs over 5 rounds", "≤ 20 µs (2 % of 1 ms)"],
-        ["end-to-end request, agent recording", f"{rec['p50']:.3f} ms", f"IQR {rec['iqr']:.3f} ms", ""],
-        ["end-to-end request, agent --no-telemetry", f"{off['p50']:.3f} ms", f"IQR {off['iqr']:.3f} ms", ""],
-        ["difference of medians", f"{1000 * (rec['p50'] - off['p50']):+.1f} µs", "same run, interleaved blocks", ""],
-        ["pull throughput (local, batches of 20,000)", f"**{pulled['records_per_s']:,.0f} records/s**",
-         f"{pulled['records']:,} records in {pulled['seconds']:.2f} s", ""],
-        [f"field report over {rep['records']:,} records ({rep['groups']} groups)", f"**{rep['report_s']['p50']:.2f} s**",
-         f"{rep['report_s']['min']:.2f}–{rep['report_s']['max']:.2f} s, 3 runs", ""],
-        ["HTML rendering of that report", f"{rep['html_s']['p50'] * 1000:.1f} ms", "", ""],
-    ]))
+    print(
+        C.table(
+            ["what", "median", "spread", "goal"],
+            [
+                [
+                    "recording per request, in-process (append + counters)",
+                    f"**{micro['p50']:.2f} µs**",
+                    f"{micro['min']:.2f}–{micro['max']:.2f} µs over 5 rounds",
+                    "≤ 20 µs (2 % of 1 ms)",
+                ],
+                ["end-to-end request, agent recording", f"{rec['p50']:.3f} ms", f"IQR {rec['iqr']:.3f} ms", ""],
+                ["end-to-end request, agent --no-telemetry", f"{off['p50']:.3f} ms", f"IQR {off['iqr']:.3f} ms", ""],
+                [
+                    "difference of medians",
+                    f"{1000 * (rec['p50'] - off['p50']):+.1f} µs",
+                    "same run, interleaved blocks",
+                    "",
+                ],
+                [
+                    "pull throughput (local, batches of 20,000)",
+                    f"**{pulled['records_per_s']:,.0f} records/s**",
+                    f"{pulled['records']:,} records in {pulled['seconds']:.2f} s",
+                    "",
+                ],
+                [
+                    f"field report over {rep['records']:,} records ({rep['groups']} groups)",
+                    f"**{rep['report_s']['p50']:.2f} s**",
+                    f"{rep['report_s']['min']:.2f}–{rep['report_s']['max']:.2f} s, 3 runs",
+                    "",
+                ],
+                ["HTML rendering of that report", f"{rep['html_s']['p50'] * 1000:.1f} ms", "", ""],
+            ],
+        )
+    )
     return 0
 
 

@@ -56,8 +56,20 @@ def main(argv=None):
                 roots = [work / f"r{rnd}-n{size}" / f"dev{d.index}" for d in devices]
                 inv = work / f"r{rnd}-n{size}.toml"
                 inv.write_text(lab.inventory(devices, roots))
-                cmd = lab.exec_prefix + [sys.executable, "-m", "edgekit", "deploy", str(bundle), "--fleet", str(inv),
-                                         "--jobs", str(size), "--runs", str(args.runs), "--json"]
+                cmd = lab.exec_prefix + [
+                    sys.executable,
+                    "-m",
+                    "edgekit",
+                    "deploy",
+                    str(bundle),
+                    "--fleet",
+                    str(inv),
+                    "--jobs",
+                    str(size),
+                    "--runs",
+                    str(args.runs),
+                    "--json",
+                ]
                 t0 = time.perf_counter()
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ))
                 wall = time.perf_counter() - t0
@@ -68,28 +80,59 @@ def main(argv=None):
                 out = json.loads(p.stdout)
                 results[size].append(wall)
                 per_device[size] += [r["seconds"] for r in out["devices"]]
-                C.log(f"round {rnd + 1}: {size} device(s) in {wall:.2f} s wall "
-                      f"(fleet {out['summary']['seconds']:.2f} s)")
+                C.log(
+                    f"round {rnd + 1}: {size} device(s) in {wall:.2f} s wall (fleet {out['summary']['seconds']:.2f} s)"
+                )
     big = args.devices
     s = {str(k): C.summary(v) for k, v in results.items()}
     d = {str(k): C.summary(v) for k, v in per_device.items()}
     ratios = [b / a for a, b in zip(results[1], results[big])]
     ratio = s[str(big)]["p50"] / s["1"]["p50"]
-    C.write_results(NAME, {
-        "benchmark": NAME, "environment": env, "goal_ratio": GOAL_RATIO, "devices": big, "rounds": args.rounds,
-        "runs_per_device": args.runs, "bundle": "PP-OCR cls, host, fp32",
-        "shaping": "none (all devices healthy)", "wall_seconds": s, "per_device_seconds": d,
-        "ratio_median": ratio, "ratio_per_round": ratios, "raw": {str(k): v for k, v in results.items()},
-        "meets_goal": ratio <= GOAL_RATIO,
-        "note": "devices share this machine's CPU cores; see the module docstring",
-    })
-    print(f"### Fleet deploy, 1 vs {big} emulated devices ({env['cpu_count']}-core {env['machine']}, "
-          f"{args.rounds} rounds, cold deploys)\n")
-    print(C.table(["devices", "wall s median", "p10–p90", "per-device s median", f"vs 1 device (goal ≤ {GOAL_RATIO})"], [
-        [1, f"**{s['1']['p50']:.2f}**", f"{s['1']['p10']:.2f}–{s['1']['p90']:.2f}", f"{d['1']['p50']:.2f}", "1.00×"],
-        [big, f"**{s[str(big)]['p50']:.2f}**", f"{s[str(big)]['p10']:.2f}–{s[str(big)]['p90']:.2f}",
-         f"{d[str(big)]['p50']:.2f}", f"**{ratio:.2f}×** (rounds: {', '.join(f'{x:.2f}' for x in ratios)})"],
-    ]))
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "goal_ratio": GOAL_RATIO,
+            "devices": big,
+            "rounds": args.rounds,
+            "runs_per_device": args.runs,
+            "bundle": "PP-OCR cls, host, fp32",
+            "shaping": "none (all devices healthy)",
+            "wall_seconds": s,
+            "per_device_seconds": d,
+            "ratio_median": ratio,
+            "ratio_per_round": ratios,
+            "raw": {str(k): v for k, v in results.items()},
+            "meets_goal": ratio <= GOAL_RATIO,
+            "note": "devices share this machine's CPU cores; see the module docstring",
+        },
+    )
+    print(
+        f"### Fleet deploy, 1 vs {big} emulated devices ({env['cpu_count']}-core {env['machine']}, "
+        f"{args.rounds} rounds, cold deploys)\n"
+    )
+    print(
+        C.table(
+            ["devices", "wall s median", "p10–p90", "per-device s median", f"vs 1 device (goal ≤ {GOAL_RATIO})"],
+            [
+                [
+                    1,
+                    f"**{s['1']['p50']:.2f}**",
+                    f"{s['1']['p10']:.2f}–{s['1']['p90']:.2f}",
+                    f"{d['1']['p50']:.2f}",
+                    "1.00×",
+                ],
+                [
+                    big,
+                    f"**{s[str(big)]['p50']:.2f}**",
+                    f"{s[str(big)]['p10']:.2f}–{s[str(big)]['p90']:.2f}",
+                    f"{d[str(big)]['p50']:.2f}",
+                    f"**{ratio:.2f}×** (rounds: {', '.join(f'{x:.2f}' for x in ratios)})",
+                ],
+            ],
+        )
+    )
     return 0
 
 

@@ -20,7 +20,7 @@ NAME = "paddle_mindspore"
 CONFIGS = [("paddlelite", "fp32"), ("mindspore-lite", "fp32"), ("mindspore-lite", "fp16")]
 
 # A bare loop with the runtime's own API (the same calls the agent's runner makes, nothing else).
-BARE = r'''
+BARE = r"""
 import json, sys, time
 import numpy as np
 model, sample, runs, threads, backend, layout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], json.loads(sys.argv[6])
@@ -52,12 +52,16 @@ times.sort()
 print(json.dumps({"p50": times[len(times) // 2]}))
 sys.stdout.flush()
 import os; os._exit(0)
-'''
+"""
 
 
 def bare_p50(py, model_path, sample, runs, threads, backend, layout):
-    p = subprocess.run([py, "-I", "-c", BARE, str(model_path), str(sample), str(runs), str(threads), backend,
-                        json.dumps(layout)], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [py, "-I", "-c", BARE, str(model_path), str(sample), str(runs), str(threads), backend, json.dumps(layout)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"bare loop failed: {p.stderr.strip()[-500:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])["p50"]
@@ -97,11 +101,22 @@ def main(argv=None):
             out = work / f"{model_name}-{backend}-{precision}"
             C.log(f"build {model_name} {backend} {precision}")
             try:
-                r = edgekit.build(src, "host", out, backend=backend, precision=precision, val=data, input_shapes=shape,
-                                  name=f"{model_name}-{backend}-{precision}", allow_degraded=True)
+                r = edgekit.build(
+                    src,
+                    "host",
+                    out,
+                    backend=backend,
+                    precision=precision,
+                    val=data,
+                    input_shapes=shape,
+                    name=f"{model_name}-{backend}-{precision}",
+                    allow_degraded=True,
+                )
             except edgekit.EdgekitError as e:
                 results.append({"model": model_name, "backend": backend, "precision": precision, "error": str(e)})
-                rows.append([model_name, backend, precision, "–", "–", "–", "–", f"failed: {str(e).splitlines()[0][:60]}"])
+                rows.append(
+                    [model_name, backend, precision, "–", "–", "–", "–", f"failed: {str(e).splitlines()[0][:60]}"]
+                )
                 continue
             from edgekit.deployer import deploy
 
@@ -110,40 +125,87 @@ def main(argv=None):
             layout = manifest["runner"].get("inputs") or manifest["runner"].get("input_layout") or {}
             agent, bare = [], []
             for i in range(args.rounds):
-                for kind in (("agent", "bare") if i % 2 == 0 else ("bare", "agent")):
+                for kind in ("agent", "bare") if i % 2 == 0 else ("bare", "agent"):
                     if kind == "agent":
                         rep = dev.bench(r["name"], runs=args.runs, warmup=20, threads=args.threads)
                         agent.append(rep["latency_ms"]["p50"])
                     else:
-                        bare.append(bare_p50(py, out / manifest["model"], out / "sample_inputs.npz", args.runs,
-                                             args.threads, backend, layout))
+                        bare.append(
+                            bare_p50(
+                                py,
+                                out / manifest["model"],
+                                out / "sample_inputs.npz",
+                                args.runs,
+                                args.threads,
+                                backend,
+                                layout,
+                            )
+                        )
             steps = r["fidelity"]["steps"]
             m = next(iter(steps[-1]["outputs"].values()))
             paired = sorted(a / b for a, b in zip(agent, bare))
             host = r.get("host_latency") or {}
-            res = {"model": model_name, "backend": backend, "precision": precision, "size_bytes": r["model_size_bytes"],
-                   "source_size_bytes": r["source_size_bytes"],
-                   "host_latency_p50_ms": host.get("built_p50_ms"), "host_latency": host,
-                   "fidelity": {s["step"]: next(iter(s["outputs"].values())) for s in steps},
-                   "fidelity_passed": r["fidelity"]["passed"], "fidelity_samples": r["fidelity"]["data"]["samples"],
-                   "agent_p50_ms": statistics.median(agent), "bare_p50_ms": statistics.median(bare),
-                   "agent_rounds": agent, "bare_rounds": bare, "ratio": statistics.median(paired),
-                   "paired_ratios": paired, "device_python": rep["device"]["python"],
-                   "accelerator": rep.get("accelerator"), "device_fidelity": rep.get("device_fidelity"),
-                   "warnings": rep.get("warnings")}
+            res = {
+                "model": model_name,
+                "backend": backend,
+                "precision": precision,
+                "size_bytes": r["model_size_bytes"],
+                "source_size_bytes": r["source_size_bytes"],
+                "host_latency_p50_ms": host.get("built_p50_ms"),
+                "host_latency": host,
+                "fidelity": {s["step"]: next(iter(s["outputs"].values())) for s in steps},
+                "fidelity_passed": r["fidelity"]["passed"],
+                "fidelity_samples": r["fidelity"]["data"]["samples"],
+                "agent_p50_ms": statistics.median(agent),
+                "bare_p50_ms": statistics.median(bare),
+                "agent_rounds": agent,
+                "bare_rounds": bare,
+                "ratio": statistics.median(paired),
+                "paired_ratios": paired,
+                "device_python": rep["device"]["python"],
+                "accelerator": rep.get("accelerator"),
+                "device_fidelity": rep.get("device_fidelity"),
+                "warnings": rep.get("warnings"),
+            }
             results.append(res)
-            acc = (f"acc {m['accuracy']:.2f}% (fp32 ONNX {m['accuracy_reference']:.2f}%), " if m.get("accuracy") is not None
-                   else "")
-            rows.append([model_name, backend, precision, f"{r['model_size_bytes'] / 1024:.0f}",
-                         f"{host.get('built_p50_ms', float('nan')):.2f}",
-                         f"{res['agent_p50_ms']:.2f} ({min(agent):.2f}–{max(agent):.2f})", f"{res['bare_p50_ms']:.2f}",
-                         f"**{res['ratio']:.3f}** ({paired[0]:.2f}–{paired[-1]:.2f}); {acc}cos {m['cosine_mean']:.6f}, "
-                         f"top-1 {100 * m['top1_agreement']:.1f}%" + ("" if r["fidelity"]["passed"] else ", BELOW GATE")])
+            acc = (
+                f"acc {m['accuracy']:.2f}% (fp32 ONNX {m['accuracy_reference']:.2f}%), "
+                if m.get("accuracy") is not None
+                else ""
+            )
+            rows.append(
+                [
+                    model_name,
+                    backend,
+                    precision,
+                    f"{r['model_size_bytes'] / 1024:.0f}",
+                    f"{host.get('built_p50_ms', float('nan')):.2f}",
+                    f"{res['agent_p50_ms']:.2f} ({min(agent):.2f}–{max(agent):.2f})",
+                    f"{res['bare_p50_ms']:.2f}",
+                    f"**{res['ratio']:.3f}** ({paired[0]:.2f}–{paired[-1]:.2f}); {acc}cos {m['cosine_mean']:.6f}, "
+                    f"top-1 {100 * m['top1_agreement']:.1f}%" + ("" if r["fidelity"]["passed"] else ", BELOW GATE"),
+                ]
+            )
     C.write_results(NAME, {"benchmark": NAME, "environment": env, "threads": args.threads, "results": results})
-    print(f"### Paddle Lite and MindSpore Lite on this host ({env['cpu_count']}-core {env['machine']}, "
-          f"{args.threads} thread(s) asked, {args.rounds} interleaved rounds of {args.runs} runs)\n")
-    print(C.table(["model", "backend", "precision", "size KB", "host p50 ms (build, via pipe)", "agent p50 ms (range)",
-                   "bare p50 ms", "agent / bare (range); fidelity"], rows))
+    print(
+        f"### Paddle Lite and MindSpore Lite on this host ({env['cpu_count']}-core {env['machine']}, "
+        f"{args.threads} thread(s) asked, {args.rounds} interleaved rounds of {args.runs} runs)\n"
+    )
+    print(
+        C.table(
+            [
+                "model",
+                "backend",
+                "precision",
+                "size KB",
+                "host p50 ms (build, via pipe)",
+                "agent p50 ms (range)",
+                "bare p50 ms",
+                "agent / bare (range); fidelity",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

@@ -19,9 +19,8 @@ on this x86 host, not on a Pi.
 import argparse
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "precision"
 
@@ -29,10 +28,18 @@ NAME = "precision"
 def fidelity_of(report):
     step = report["fidelity"]["steps"][-1]
     name, m = next(iter(step["outputs"].items()))
-    return {"step": step["step"], "output": name, "passed": step["passed"], "samples": step["samples"],
-            "cosine_mean": m.get("cosine_mean"), "cosine_min": m.get("cosine_min"),
-            "top1_agreement": m.get("top1_agreement"), "accuracy": m.get("accuracy"),
-            "accuracy_reference": m.get("accuracy_reference"), "max_abs": m.get("max_abs")}
+    return {
+        "step": step["step"],
+        "output": name,
+        "passed": step["passed"],
+        "samples": step["samples"],
+        "cosine_mean": m.get("cosine_mean"),
+        "cosine_min": m.get("cosine_min"),
+        "top1_agreement": m.get("top1_agreement"),
+        "accuracy": m.get("accuracy"),
+        "accuracy_reference": m.get("accuracy_reference"),
+        "max_abs": m.get("max_abs"),
+    }
 
 
 def fidelity_text(f):
@@ -52,9 +59,10 @@ def main(argv=None):
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
 
+    from make_mobilenetv2 import make_mobilenetv2, random_inputs
+
     import edgekit
     from edgekit.deployer import deploy
-    from make_mobilenetv2 import make_mobilenetv2, random_inputs
 
     work = C.workspace(NAME, args.keep_cache)
     env = C.environment()
@@ -81,14 +89,29 @@ def main(argv=None):
         for precision in ("fp32", "int8"):
             name = f"{label}_{profile}_{precision}"
             out = work / "bundles" / name
-            rep = edgekit.build(src, profile, out, precision=precision, calib=calib if precision == "int8" else None,
-                                val=vset, input_shapes=shapes, name=name)
+            rep = edgekit.build(
+                src,
+                profile,
+                out,
+                precision=precision,
+                calib=calib if precision == "int8" else None,
+                val=vset,
+                input_shapes=shapes,
+                name=name,
+            )
             deploy(out, dev, bench=False)
-            builds[name] = {"report": rep, "fidelity": fidelity_of(rep), "size_bytes": rep["model_size_bytes"],
-                            "format": rep["format"], "build_seconds": rep["build_seconds"],
-                            "warnings": rep["warnings"]}
-            C.log(f"built + deployed {name}: {rep['model_size_bytes'] / 1024:.1f} KB {rep['format']}, "
-                  f"{fidelity_text(builds[name]['fidelity'])}, {rep['build_seconds']:.1f} s")
+            builds[name] = {
+                "report": rep,
+                "fidelity": fidelity_of(rep),
+                "size_bytes": rep["model_size_bytes"],
+                "format": rep["format"],
+                "build_seconds": rep["build_seconds"],
+                "warnings": rep["warnings"],
+            }
+            C.log(
+                f"built + deployed {name}: {rep['model_size_bytes'] / 1024:.1f} KB {rep['format']}, "
+                f"{fidelity_text(builds[name]['fidelity'])}, {rep['build_seconds']:.1f} s"
+            )
 
     results, rows = [], []
     for label, _, _, profile, _, _, runs, warmup in configs:
@@ -107,30 +130,82 @@ def main(argv=None):
         for p in ("fp32", "int8"):
             b = builds[names[p]]
             speedup = med["fp32"] / med[p]
-            entry = {"model": label, "profile": profile, "precision": p, "format": b["format"],
-                     "size_bytes": b["size_bytes"], "size_kb": b["size_bytes"] / 1024, "threads": args.threads,
-                     "runs": runs, "warmup": warmup, "p50_ms": med[p], "iqr_ms": float(np.median(iqr[p])),
-                     "p50_per_round_ms": p50[p], "speedup_vs_fp32": speedup,
-                     "speedup_per_round": per_round if p == "int8" else None,
-                     "fidelity": b["fidelity"], "build_seconds": b["build_seconds"], "warnings": b["warnings"]}
+            entry = {
+                "model": label,
+                "profile": profile,
+                "precision": p,
+                "format": b["format"],
+                "size_bytes": b["size_bytes"],
+                "size_kb": b["size_bytes"] / 1024,
+                "threads": args.threads,
+                "runs": runs,
+                "warmup": warmup,
+                "p50_ms": med[p],
+                "iqr_ms": float(np.median(iqr[p])),
+                "p50_per_round_ms": p50[p],
+                "speedup_vs_fp32": speedup,
+                "speedup_per_round": per_round if p == "int8" else None,
+                "fidelity": b["fidelity"],
+                "build_seconds": b["build_seconds"],
+                "warnings": b["warnings"],
+            }
             results.append(entry)
-            sp = "1.00×" if p == "fp32" else (f"**{speedup:.2f}×** ({C.pct(per_round, 10):.2f}–"
-                                              f"{C.pct(per_round, 90):.2f})")
-            rows.append([label, f"{profile} (.{b['format']})", p, f"{b['size_bytes'] / 1024:.1f}",
-                         f"{med[p]:.3f} ({entry['iqr_ms']:.3f})", sp, fidelity_text(b["fidelity"])])
+            sp = (
+                "1.00×"
+                if p == "fp32"
+                else (f"**{speedup:.2f}×** ({C.pct(per_round, 10):.2f}–{C.pct(per_round, 90):.2f})")
+            )
+            rows.append(
+                [
+                    label,
+                    f"{profile} (.{b['format']})",
+                    p,
+                    f"{b['size_bytes'] / 1024:.1f}",
+                    f"{med[p]:.3f} ({entry['iqr_ms']:.3f})",
+                    sp,
+                    fidelity_text(b["fidelity"]),
+                ]
+            )
 
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "rounds": args.rounds, "threads": args.threads,
-                           "data": {"ppocr_calib": "make_textlines(200, seed=1)",
-                                    "ppocr_val": "make_textlines(400, seed=0)",
-                                    "mnv2_calib": "random_inputs(64, 1000)", "mnv2_val": "random_inputs(64, 2000)"},
-                           "results": results})
-    print(f"### FP32 vs INT8 static QDQ ({args.rounds} interleaved rounds, {args.threads} thread(s), measured on this "
-          f"{env['cpu_count']}-core {env['machine']} host, onnxruntime {env['onnxruntime']})\n")
-    print(C.table(["model", "profile", "precision", "size KB", "p50 ms (IQR)", "speed-up vs fp32 (p10–p90 of rounds)",
-                   "accuracy / cosine / top-1 vs fp32 source"], rows))
-    print("\nPP-OCR: accuracy on 400 rendered text lines (seed 0), calibration on 200 others (seed 1); "
-          "MobileNetV2 (random weights): cosine and top-1 agreement with the FP32 source on 64 random inputs, "
-          "calibration on 64 others. raspberrypi5 bundles (.ort, optimized for arm) are timed on this x86 host.")
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "data": {
+                "ppocr_calib": "make_textlines(200, seed=1)",
+                "ppocr_val": "make_textlines(400, seed=0)",
+                "mnv2_calib": "random_inputs(64, 1000)",
+                "mnv2_val": "random_inputs(64, 2000)",
+            },
+            "results": results,
+        },
+    )
+    print(
+        f"### FP32 vs INT8 static QDQ ({args.rounds} interleaved rounds, {args.threads} thread(s), measured on this "
+        f"{env['cpu_count']}-core {env['machine']} host, onnxruntime {env['onnxruntime']})\n"
+    )
+    print(
+        C.table(
+            [
+                "model",
+                "profile",
+                "precision",
+                "size KB",
+                "p50 ms (IQR)",
+                "speed-up vs fp32 (p10–p90 of rounds)",
+                "accuracy / cosine / top-1 vs fp32 source",
+            ],
+            rows,
+        )
+    )
+    print(
+        "\nPP-OCR: accuracy on 400 rendered text lines (seed 0), calibration on 200 others (seed 1); "
+        "MobileNetV2 (random weights): cosine and top-1 agreement with the FP32 source on 64 random inputs, "
+        "calibration on 64 others. raspberrypi5 bundles (.ort, optimized for arm) are timed on this x86 host."
+    )
     return 0
 
 

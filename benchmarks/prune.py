@@ -20,9 +20,8 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 NAME = "prune"
 
@@ -39,8 +38,13 @@ def _session(path, threads):
 def fidelity_of(report):
     step = report["fidelity"]["steps"][-1]
     _, m = next(iter(step["outputs"].items()))
-    return {"passed": step["passed"], "cosine_mean": m.get("cosine_mean"), "top1_agreement": m.get("top1_agreement"),
-            "accuracy": m.get("accuracy"), "accuracy_reference": m.get("accuracy_reference")}
+    return {
+        "passed": step["passed"],
+        "cosine_mean": m.get("cosine_mean"),
+        "top1_agreement": m.get("top1_agreement"),
+        "accuracy": m.get("accuracy"),
+        "accuracy_reference": m.get("accuracy_reference"),
+    }
 
 
 def fidelity_text(f):
@@ -61,8 +65,9 @@ def main(argv=None):
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
 
-    import edgekit
     from make_mobilenetv2 import make_mobilenetv2, random_inputs
+
+    import edgekit
 
     work = C.workspace(NAME, args.keep_cache)
     env = C.environment()
@@ -84,12 +89,25 @@ def main(argv=None):
             tag = "unpruned" if ratio is None else f"{mode}-{ratio:g}"
             out = work / "bundles" / f"{label}_{tag}"
             t0 = time.perf_counter()
-            rep = edgekit.build(src, "host", out, precision="fp32", calib=calib, val=vset, input_shapes=shapes,
-                                name=f"{label}_{tag}", prune=ratio, prune_mode=mode, allow_degraded=True)
+            rep = edgekit.build(
+                src,
+                "host",
+                out,
+                precision="fp32",
+                calib=calib,
+                val=vset,
+                input_shapes=shapes,
+                name=f"{label}_{tag}",
+                prune=ratio,
+                prune_mode=mode,
+                allow_degraded=True,
+            )
             seconds = time.perf_counter() - t0
             built.append((tag, ratio, mode, out / "model.onnx", rep, seconds))
-            C.log(f"{label} {tag}: {rep['model_size_bytes'] / 1024:.1f} KB, {fidelity_text(fidelity_of(rep))}, "
-                  f"{seconds:.1f} s")
+            C.log(
+                f"{label} {tag}: {rep['model_size_bytes'] / 1024:.1f} KB, {fidelity_text(fidelity_of(rep))}, "
+                f"{seconds:.1f} s"
+            )
         feed = dict(np.load(out / "sample_inputs.npz"))  # one real sample, batch 1
         sessions = [_session(b[3], args.threads) for b in built]
         for s in sessions:
@@ -111,31 +129,84 @@ def main(argv=None):
             pr = rep.get("pruning") or {}
             fid = fidelity_of(rep)
             med = float(np.median(times))
-            entry = {"model": label, "variant": tag, "ratio": ratio, "mode": mode,
-                     "params_before": pr.get("params_before"), "params_after": pr.get("params_after"),
-                     "macs_before": pr.get("macs_before"), "macs_after": pr.get("macs_after"),
-                     "size_bytes": rep["model_size_bytes"], "source_size_bytes": rep["source_size_bytes"],
-                     "compressed_bytes": (pr.get("size_after") or {}).get("compressed_bytes"),
-                     "sparsity": pr.get("sparsity"), "channels_removed": pr.get("channels_removed"),
-                     "channels_prunable": pr.get("channels_prunable"), "skipped": pr.get("skipped"),
-                     "p50_ms": med, "p50_per_round_ms": times, "speedup": base / med, "fidelity": fid,
-                     "gate_passed": fid["passed"], "build_seconds": seconds}
+            entry = {
+                "model": label,
+                "variant": tag,
+                "ratio": ratio,
+                "mode": mode,
+                "params_before": pr.get("params_before"),
+                "params_after": pr.get("params_after"),
+                "macs_before": pr.get("macs_before"),
+                "macs_after": pr.get("macs_after"),
+                "size_bytes": rep["model_size_bytes"],
+                "source_size_bytes": rep["source_size_bytes"],
+                "compressed_bytes": (pr.get("size_after") or {}).get("compressed_bytes"),
+                "sparsity": pr.get("sparsity"),
+                "channels_removed": pr.get("channels_removed"),
+                "channels_prunable": pr.get("channels_prunable"),
+                "skipped": pr.get("skipped"),
+                "p50_ms": med,
+                "p50_per_round_ms": times,
+                "speedup": base / med,
+                "fidelity": fid,
+                "gate_passed": fid["passed"],
+                "build_seconds": seconds,
+            }
             results.append(entry)
             params = f"{pr['params_after']:,}" if pr else "–"
             macs = f"{pr['macs_after'] / pr['macs_before']:.0%}" if pr.get("macs_before") else "–"
-            rows.append([label, tag, params, f"{rep['model_size_bytes'] / 1024:.1f}",
-                         f"{entry['compressed_bytes'] / 1024:.1f}" if entry["compressed_bytes"] else "–", macs,
-                         f"{med:.3f} ({C.pct(times, 10):.3f}–{C.pct(times, 90):.3f})", f"{entry['speedup']:.2f}×",
-                         fidelity_text(fid), "pass" if fid["passed"] else "fail"])
+            rows.append(
+                [
+                    label,
+                    tag,
+                    params,
+                    f"{rep['model_size_bytes'] / 1024:.1f}",
+                    f"{entry['compressed_bytes'] / 1024:.1f}" if entry["compressed_bytes"] else "–",
+                    macs,
+                    f"{med:.3f} ({C.pct(times, 10):.3f}–{C.pct(times, 90):.3f})",
+                    f"{entry['speedup']:.2f}×",
+                    fidelity_text(fid),
+                    "pass" if fid["passed"] else "fail",
+                ]
+            )
 
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "rounds": args.rounds, "threads": args.threads,
-                           "data": {"ppocr_calib": "make_textlines(200, seed=1)", "ppocr_val": "make_textlines(400, seed=0)",
-                                    "mnv2_calib": "random_inputs(64, 1000)", "mnv2_val": "random_inputs(64, 2000)"},
-                           "results": results})
-    print(f"### Pruning ({args.rounds} interleaved rounds, {args.threads} thread(s), onnxruntime {env['onnxruntime']}, "
-          f"{env['cpu_count']}-core {env['machine']} host)\n")
-    print(C.table(["model", "pruning", "params", "size KB", "zlib KB", "MACs", "p50 ms (p10–p90 of rounds)",
-                   "speed-up", "fidelity vs unpruned", "gate"], rows))
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "data": {
+                "ppocr_calib": "make_textlines(200, seed=1)",
+                "ppocr_val": "make_textlines(400, seed=0)",
+                "mnv2_calib": "random_inputs(64, 1000)",
+                "mnv2_val": "random_inputs(64, 2000)",
+            },
+            "results": results,
+        },
+    )
+    print(
+        f"### Pruning ({args.rounds} interleaved rounds, {args.threads} thread(s), onnxruntime {env['onnxruntime']}, "
+        f"{env['cpu_count']}-core {env['machine']} host)\n"
+    )
+    print(
+        C.table(
+            [
+                "model",
+                "pruning",
+                "params",
+                "size KB",
+                "zlib KB",
+                "MACs",
+                "p50 ms (p10–p90 of rounds)",
+                "speed-up",
+                "fidelity vs unpruned",
+                "gate",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

@@ -62,8 +62,25 @@ def main(argv=None):
         C.log(f"cache hit (API) {i + 1}: {api[-1]:.3f} s")
 
     exe = Path(sys.executable).with_name("edgekit")
-    cli_cmd = [str(exe), "build", str(C.PPOCR), "--profile", "host", "-o", str(out), "--precision", "int8",
-               "--calib", str(cal), "--val", str(val), "--input-shape", C.PPOCR_SHAPE[0], "--json", "-q"]
+    cli_cmd = [
+        str(exe),
+        "build",
+        str(C.PPOCR),
+        "--profile",
+        "host",
+        "-o",
+        str(out),
+        "--precision",
+        "int8",
+        "--calib",
+        str(cal),
+        "--val",
+        str(val),
+        "--input-shape",
+        C.PPOCR_SHAPE[0],
+        "--json",
+        "-q",
+    ]
     cli, cli_reported = [], []
     for i in range(args.n):
         t0 = time.perf_counter()
@@ -82,13 +99,31 @@ def main(argv=None):
         subprocess.run([sys.executable, "-c", "import edgekit"], check=True)
         floor.append(time.perf_counter() - t0)
 
-    s = {k: C.summary(v) for k, v in {"cold": cold, "cold_build_seconds": cold_reported, "api": api,
-                                       "api_build_seconds": api_reported, "cli_wall": cli,
-                                       "cli_build_seconds": cli_reported, "python_import_edgekit": floor}.items()}
-    C.write_results(NAME, {"benchmark": NAME, "environment": env, "goal_s": GOAL_S, "cli_command": cli_cmd,
-                           "data_bytes": {"calib": cal.stat().st_size, "val": val.stat().st_size},
-                           "seconds": s, "raw": {"cold": cold, "api": api, "cli_wall": cli, "floor": floor},
-                           "meets_goal": {"api": s["api"]["p50"] <= GOAL_S, "cli": s["cli_wall"]["p50"] <= GOAL_S}})
+    s = {
+        k: C.summary(v)
+        for k, v in {
+            "cold": cold,
+            "cold_build_seconds": cold_reported,
+            "api": api,
+            "api_build_seconds": api_reported,
+            "cli_wall": cli,
+            "cli_build_seconds": cli_reported,
+            "python_import_edgekit": floor,
+        }.items()
+    }
+    C.write_results(
+        NAME,
+        {
+            "benchmark": NAME,
+            "environment": env,
+            "goal_s": GOAL_S,
+            "cli_command": cli_cmd,
+            "data_bytes": {"calib": cal.stat().st_size, "val": val.stat().st_size},
+            "seconds": s,
+            "raw": {"cold": cold, "api": api, "cli_wall": cli, "floor": floor},
+            "meets_goal": {"api": s["api"]["p50"] <= GOAL_S, "cli": s["cli_wall"]["p50"] <= GOAL_S},
+        },
+    )
 
     def row(label, k, goal=True):
         v = s[k]
@@ -96,15 +131,22 @@ def main(argv=None):
         speed = f"{s['cold']['p50'] / v['p50']:.1f}×" if goal else "–"
         return [label, f"**{v['p50']:.3f}**", f"{v['p10']:.3f}–{v['p90']:.3f}", v["n"], speed, ok]
 
-    print(f"### Rebuild of the PP-OCR int8 bundle (host profile, {env['cpu_count']}-core {env['machine']}, "
-          f"onnxruntime {env['onnxruntime']})\n")
-    print(C.table(["build", "median s", "p10–p90 s", "n", "faster than cold", "≤ 1 s"], [
-        row("cold (empty cache / use_cache=False)", "cold", goal=False),
-        row("cache hit, `edgekit.build()`", "api"),
-        row("cache hit, `edgekit build` CLI (wall, incl. interpreter start)", "cli_wall"),
-        row("… of which inside `build()` (report `build_seconds`)", "cli_build_seconds", goal=False),
-        row("`python -c 'import edgekit'` (start-up floor)", "python_import_edgekit", goal=False),
-    ]))
+    print(
+        f"### Rebuild of the PP-OCR int8 bundle (host profile, {env['cpu_count']}-core {env['machine']}, "
+        f"onnxruntime {env['onnxruntime']})\n"
+    )
+    print(
+        C.table(
+            ["build", "median s", "p10–p90 s", "n", "faster than cold", "≤ 1 s"],
+            [
+                row("cold (empty cache / use_cache=False)", "cold", goal=False),
+                row("cache hit, `edgekit.build()`", "api"),
+                row("cache hit, `edgekit build` CLI (wall, incl. interpreter start)", "cli_wall"),
+                row("… of which inside `build()` (report `build_seconds`)", "cli_build_seconds", goal=False),
+                row("`python -c 'import edgekit'` (start-up floor)", "python_import_edgekit", goal=False),
+            ],
+        )
+    )
     return 0
 
 

@@ -9,8 +9,14 @@ import importlib
 
 from .base import Backend, BuildContext, BuildResult
 
-BACKEND_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn", "tflite": "tflite", "paddlelite": "paddlelite",
-                   "mindspore-lite": "mindspore_lite"}
+BACKEND_MODULES = {
+    "ort": "ort",
+    "openvino": "openvino",
+    "mnn": "mnn",
+    "tflite": "tflite",
+    "paddlelite": "paddlelite",
+    "mindspore-lite": "mindspore_lite",
+}
 _BACKENDS = {}
 
 
@@ -38,7 +44,9 @@ def get(name):
     try:
         return backends[name]
     except KeyError:
-        raise BackendUnavailable(f"unknown backend {name!r}; this edgekit builds for: {', '.join(sorted(backends))}") from None
+        raise BackendUnavailable(
+            f"unknown backend {name!r}; this edgekit builds for: {', '.join(sorted(backends))}"
+        ) from None
 
 
 __all__ = ["BACKEND_MODULES", "Backend", "BuildContext", "BuildResult", "all_backends", "get"]

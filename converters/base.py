@@ -21,16 +21,16 @@ from pathlib import Path
 class BuildContext:
     """What a backend gets: everything is already loaded and validated."""
 
-    source: object          # edgekit.model.SourceModel (shapes fixed)
-    reference_path: Path    # the source saved as ONNX, FP32, shapes fixed
-    profile: object         # edgekit.profiles.Profile
-    precision: str          # resolved: fp32 | fp16 | int8 | int8-dynamic
-    calib: object           # edgekit.data.Dataset or None
+    source: object  # edgekit.model.SourceModel (shapes fixed)
+    reference_path: Path  # the source saved as ONNX, FP32, shapes fixed
+    profile: object  # edgekit.profiles.Profile
+    precision: str  # resolved: fp32 | fp16 | int8 | int8-dynamic
+    calib: object  # edgekit.data.Dataset or None
     workdir: Path
-    check: object           # check(step_name, model_path) -> fidelity record; raises FidelityError
-    log: object = print     # log(message) for progress lines
-    budget: object = None   # edgekit.passes.mixed_precision.Budget: int8 with layers kept float until it holds
-    evaluation: object = None   # the Dataset the fidelity checks run on (--val, else the calibration data)
+    check: object  # check(step_name, model_path) -> fidelity record; raises FidelityError
+    log: object = print  # log(message) for progress lines
+    budget: object = None  # edgekit.passes.mixed_precision.Budget: int8 with layers kept float until it holds
+    evaluation: object = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
 
     def require_calibration(self, what, instead):
@@ -38,29 +38,31 @@ class BuildContext:
         if self.calib is None or self.calib.synthetic:
             from edgekit.errors import DataError
 
-            raise DataError(f"{what} needs calibration data from your domain: pass --calib data.npz (arrays named "
-                            f"like the model's inputs, ~100-300 samples), or use --precision {instead}")
+            raise DataError(
+                f"{what} needs calibration data from your domain: pass --calib data.npz (arrays named "
+                f"like the model's inputs, ~100-300 samples), or use --precision {instead}"
+            )
 
 
 @dataclass
 class BuildResult:
-    model_file: Path                     # the file the runner loads
-    extra_files: list = field(default_factory=list)   # [(path, role)]
+    model_file: Path  # the file the runner loads
+    extra_files: list = field(default_factory=list)  # [(path, role)]
     runtime: str = ""
     runtime_version: str = ""
     format: str = ""
     ops: list = field(default_factory=list)
-    sections: dict = field(default_factory=dict)      # backend-specific report sections
+    sections: dict = field(default_factory=dict)  # backend-specific report sections
     warnings: list = field(default_factory=list)
     runner_options: dict = field(default_factory=dict)  # defaults the agent's runner uses
 
 
 class Backend(abc.ABC):
     name = ""
-    runtime = ""          # the runtime's Python package, on host and device
-    install_hint = ""     # how to get the runtime
-    precisions = ()       # precisions this backend can build
-    toolenv = None        # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
+    runtime = ""  # the runtime's Python package, on host and device
+    install_hint = ""  # how to get the runtime
+    precisions = ()  # precisions this backend can build
+    toolenv = None  # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
 
     @abc.abstractmethod
     def availability(self):
@@ -116,9 +118,11 @@ class Backend(abc.ABC):
         """
         from edgekit.errors import ConversionError
 
-        raise ConversionError(f"backend {self.name!r} cannot keep layers in float (no mixed int8/float models): "
-                              "--budget is not available for it; build --precision int8 without --budget, "
-                              "or --precision fp16")
+        raise ConversionError(
+            f"backend {self.name!r} cannot keep layers in float (no mixed int8/float models): "
+            "--budget is not available for it; build --precision int8 without --budget, "
+            "or --precision fp16"
+        )
 
     def layer_names(self, ctx, layers):
         """``{layer.name: the backend's name for it, or None where its graph has no such layer}``."""

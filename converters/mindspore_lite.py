@@ -17,17 +17,18 @@ The converter and runtime live in a tool environment (:mod:`edgekit.toolenvs`): 
 
 from pathlib import Path
 
+from edgekit.toolenvs import ToolEnvSpec
+
 from .base import BuildResult
 from .toolworker import ToolEnvBackend
-from edgekit.toolenvs import ToolEnvSpec
 
 TOOLS = Path(__file__).resolve().parent / "tools"
 REFUSED = {
     "int8-weights": "MindSpore Lite 2.0.0 (the PyPI wheel) converts weight-quantized models, but the .ms does not "
-                    "load (\"Prepare kernels failed\"): edgekit does not ship a model that cannot run. Use "
-                    "--precision fp16 (half the size) or fp32",
+    'load ("Prepare kernels failed"): edgekit does not ship a model that cannot run. Use '
+    "--precision fp16 (half the size) or fp32",
     "int8": "full int8 needs MindSpore Lite's post-training quantization with a calibration config, which this "
-            "release's Python converter could not produce in a form that loads; use --precision fp16 or fp32",
+    "release's Python converter could not produce in a form that loads; use --precision fp16 or fp32",
 }
 
 
@@ -39,15 +40,22 @@ class MindSporeLiteBackend(ToolEnvBackend):
     toolenv = ToolEnvSpec(
         name="mindspore-lite",
         pythons=("3.7",),
-        requirements=("mindspore-lite==2.0.0", "numpy==1.21.6", "onnx==1.14.1", "protobuf==4.24.4",
-                      "typing_extensions==4.7.1"),  # every package of the environment, pinned
+        requirements=(
+            "mindspore-lite==2.0.0",
+            "numpy==1.21.6",
+            "onnx==1.14.1",
+            "protobuf==4.24.4",
+            "typing_extensions==4.7.1",
+        ),  # every package of the environment, pinned
         check="import mindspore_lite, onnx, numpy",
         purpose="ONNX -> MindSpore Lite .ms (converter), and the MindSpore Lite runtime for host checks",
         env=(("GLOG_v", "3"), ("PIP_NO_INDEX", "1")),
     )
 
-    ready_detail = ("mindspore_lite 2.0.0 (tool environment ready: Python {python}, {path}); builds fp32 and fp16 "
-                    "(int8 and int8-weights are refused: such a .ms does not load)")
+    ready_detail = (
+        "mindspore_lite 2.0.0 (tool environment ready: Python {python}, {path}); builds fp32 and fp16 "
+        "(int8 and int8-weights are refused: such a .ms does not load)"
+    )
     noise = ("[WARNING",)
 
     def runtime_version(self):
@@ -64,9 +72,18 @@ class MindSporeLiteBackend(ToolEnvBackend):
         from edgekit import toolenvs
 
         tag = "fp16" if fp16 else "fp32"
-        res = toolenvs.run_tool(self.toolenv, TOOLS / "mindspore_convert.py",
-                                {"step": f"ONNX -> .ms ({tag})", "onnx": str(onnx_path),
-                                 "output": str(work / f"model.{tag}"), "fp16": fp16}, work, log=log)
+        res = toolenvs.run_tool(
+            self.toolenv,
+            TOOLS / "mindspore_convert.py",
+            {
+                "step": f"ONNX -> .ms ({tag})",
+                "onnx": str(onnx_path),
+                "output": str(work / f"model.{tag}"),
+                "fp16": fp16,
+            },
+            work,
+            log=log,
+        )
         layout = {}
         converted = {i["name"]: i for i in res["inputs"]}
         for k, spec in enumerate(inputs):  # by name; by position only where the converter renamed the input
@@ -102,8 +119,15 @@ class MindSporeLiteBackend(ToolEnvBackend):
         settings = ctx.profile.backend("mindspore-lite")
 
         def convert(fp16):
-            return self._convert(ctx.reference_path, ctx.workdir / f"mindspore-{'fp16' if fp16 else 'fp32'}", fp16,
-                                 ctx.source.inputs, ctx.source.outputs, settings, log)
+            return self._convert(
+                ctx.reference_path,
+                ctx.workdir / f"mindspore-{'fp16' if fp16 else 'fp32'}",
+                fp16,
+                ctx.source.inputs,
+                ctx.source.outputs,
+                settings,
+                log,
+            )
 
         fp32, res, options = convert(False)
         ctx.check("fp32 (ONNX -> MindSpore Lite .ms)", fp32)
@@ -115,19 +139,24 @@ class MindSporeLiteBackend(ToolEnvBackend):
             ctx.check("fp16 weights (Converter.weight_fp16)", model_file)
         warnings = []
         if options["input_layout"]:
-            warnings.append("MindSpore Lite converted the input(s) %s to NHWC; the bundle keeps the source's NCHW and "
-                            "the runner transposes" % ", ".join(sorted(options["input_layout"])))
-        sections = {"mindspore_lite": {
-            "converter": f"mindspore_lite {res['versions']['mindspore_lite']} Converter (MINDIR_LITE, optimize general), "
-                         f"{flags}",
-            "runtime": f"mindspore_lite {res['versions']['mindspore_lite']}",
-            "input_layout": {s.name: options["input_layout"].get(s.name, s.layout or "as declared")
-                             for s in ctx.source.inputs},
-            "converted_input_shapes": {i["name"]: i["shape"] for i in res["inputs"]},
-            "hardsigmoid_rewritten": res["hardsigmoid_rewritten"],
-            "host_checks": "MindSpore Lite CPU on this machine, through the agent's runner in the tool environment",
-            "target": {"profile": ctx.profile.name, **options},
-        }}
+            warnings.append(
+                "MindSpore Lite converted the input(s) %s to NHWC; the bundle keeps the source's NCHW and "
+                "the runner transposes" % ", ".join(sorted(options["input_layout"]))
+            )
+        sections = {
+            "mindspore_lite": {
+                "converter": f"mindspore_lite {res['versions']['mindspore_lite']} Converter (MINDIR_LITE, optimize general), "
+                f"{flags}",
+                "runtime": f"mindspore_lite {res['versions']['mindspore_lite']}",
+                "input_layout": {
+                    s.name: options["input_layout"].get(s.name, s.layout or "as declared") for s in ctx.source.inputs
+                },
+                "converted_input_shapes": {i["name"]: i["shape"] for i in res["inputs"]},
+                "hardsigmoid_rewritten": res["hardsigmoid_rewritten"],
+                "host_checks": "MindSpore Lite CPU on this machine, through the agent's runner in the tool environment",
+                "target": {"profile": ctx.profile.name, **options},
+            }
+        }
         from edgekit import toolenvs
 
         sections["mindspore_lite"]["tool_environment"] = toolenvs.state(self.toolenv)["path"]

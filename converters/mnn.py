@@ -54,8 +54,14 @@ CONVERT_FLAGS = {
 # ADMM/ADMM 94.5-95.75 %, ADMM/MAX_ABS 92.5-95.75 %, KL 50 % (clipped early layers); on small CNNs KL can win.
 INT8_CANDIDATES = (("ADMM", "ADMM", 32), ("ADMM", "ADMM", 64), ("ADMM", "MAX_ABS", 64), ("KL", "MAX_ABS", 64))
 INT8_EVAL_SAMPLES = 64
-_PROGRESS = ("ComputeFeatureRange", "CollectFeatureDistribution", "ComputeADMM", "ProcessCalibrationFiles",
-             "quantize with EMA", "computeDistance")
+_PROGRESS = (
+    "ComputeFeatureRange",
+    "CollectFeatureDistribution",
+    "ComputeADMM",
+    "ProcessCalibrationFiles",
+    "quantize with EMA",
+    "computeDistance",
+)
 
 
 def _runner_module():
@@ -71,9 +77,14 @@ def _tool_env():
 
 
 def _start_tool(kind, argv, cwd):
-    return subprocess.Popen([sys.executable, "-c", _TOOL_MAIN, kind, json.dumps([str(a) for a in argv])],
-                            cwd=str(cwd), env=_tool_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-c", _TOOL_MAIN, kind, json.dumps([str(a) for a in argv])],
+        cwd=str(cwd),
+        env=_tool_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _finish_tool(proc, timeout=3600):
@@ -98,8 +109,9 @@ def _run_tool(kind, argv, cwd, expect):
     # _tools returns True even when it failed (e.g. "Model File Does Not Exist!"): the file decides.
     if code != 0 or not Path(expect).is_file() or Path(expect).stat().st_size == 0:
         why = f"exit {code}" + (" (killed by a signal: the tool crashed)" if code < 0 else "")
-        raise ConversionError(f"MNN {'converter' if kind == 'convert' else 'quantization tool'} failed ({why}):\n"
-                              f"    {_tail(out)}")
+        raise ConversionError(
+            f"MNN {'converter' if kind == 'convert' else 'quantization tool'} failed ({why}):\n    {_tail(out)}"
+        )
     return out
 
 
@@ -110,8 +122,8 @@ class MNNBackend(Backend):
     precisions = ("fp32", "fp16", "int8", "int8-weights", "int4-weights")
 
     def __init__(self):
-        self._int8_plan = {}   # workdir -> the (feature method, weight method, samples) plain int8 chose
-        self._ops_cache = {}   # workdir -> the FP32 .mnn's weighted op names
+        self._int8_plan = {}  # workdir -> the (feature method, weight method, samples) plain int8 chose
+        self._ops_cache = {}  # workdir -> the FP32 .mnn's weighted op names
 
     def availability(self):
         import importlib.util
@@ -126,10 +138,15 @@ class MNNBackend(Backend):
         except Exception as e:  # a broken wheel raises whatever its extension raises
             return False, f"MNN does not import: {e}"
         feats = mnn.cpu_features()
-        cpu = f", CPU features per MNN: {', '.join(k for k, v in feats.items() if v) or 'none of sdot/fp16/i8mm/sve2/sme2'}" \
-            if feats is not None else ""
-        return True, (f"MNN {version}{cpu}; converter and quantizer: the compiled _tools module in a child "
-                      "process (MNN.tools wrappers, which pip-install and phone home, are not used)")
+        cpu = (
+            f", CPU features per MNN: {', '.join(k for k, v in feats.items() if v) or 'none of sdot/fp16/i8mm/sve2/sme2'}"
+            if feats is not None
+            else ""
+        )
+        return True, (
+            f"MNN {version}{cpu}; converter and quantizer: the compiled _tools module in a child "
+            "process (MNN.tools wrappers, which pip-install and phone home, are not used)"
+        )
 
     def runtime_version(self):
         return _runner_module().import_mnn().version()
@@ -186,16 +203,29 @@ class MNNBackend(Backend):
 
         def run(feed):
             if "model" not in state:
-                state["model"] = (self._onnx_as_mnn(model_path, threads, feed) if str(model_path).endswith(".onnx")
-                                  else self._model(model_path, threads, feed))
+                state["model"] = (
+                    self._onnx_as_mnn(model_path, threads, feed)
+                    if str(model_path).endswith(".onnx")
+                    else self._model(model_path, threads, feed)
+                )
             return state["model"].run(feed)
 
         return run
 
     # -- conversion -------------------------------------------------------------------
     def _convert(self, src, dst, flags, cwd):
-        argv = ["mnnconvert", "-f", "ONNX" if str(src).endswith(".onnx") else "MNN", "--modelFile", str(src),
-                "--MNNModel", str(dst), "--bizCode", "edgekit", *flags]
+        argv = [
+            "mnnconvert",
+            "-f",
+            "ONNX" if str(src).endswith(".onnx") else "MNN",
+            "--modelFile",
+            str(src),
+            "--MNNModel",
+            str(dst),
+            "--bizCode",
+            "edgekit",
+            *flags,
+        ]
         _run_tool("convert", argv, cwd, dst)
         return dst
 
@@ -203,8 +233,12 @@ class MNNBackend(Backend):
         """MNN's own operator list for a .mnn file (the converter's JSON dump)."""
         dump = work / (Path(model_file).stem + ".ops.json")
         try:
-            _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(model_file), "--JsonFile", str(dump)],
-                      work, dump)
+            _run_tool(
+                "convert",
+                ["mnnconvert", "-f", "MNN", "--modelFile", str(model_file), "--JsonFile", str(dump)],
+                work,
+                dump,
+            )
             net = json.loads(dump.read_text())
         except Exception as e:  # advice for the report, not a reason to fail the build
             return {"error": f"MNN's JSON dump failed: {e}"}
@@ -243,10 +277,14 @@ class MNNBackend(Backend):
             else:
                 bits = int(flags[1])
                 sections["quantization"] = {
-                    "method": "weight-only", "weights": f"int{bits}", "granularity": "per output channel",
-                    "symmetric": True, "activations": "float", "tool": "MNNConvert --weightQuantBits",
+                    "method": "weight-only",
+                    "weights": f"int{bits}",
+                    "granularity": "per output channel",
+                    "symmetric": True,
+                    "activations": "float",
+                    "tool": "MNNConvert --weightQuantBits",
                     "runtime": "MNN dequantizes the weights when it loads the model (a smaller file, fp32 speed); "
-                               "MNN documents dynamic int8 activation quantization for such models with memory_mode low",
+                    "MNN documents dynamic int8 activation quantization for such models with memory_mode low",
                 }
                 ctx.check(f"int{bits} weight-only quantization (MNNConvert --weightQuantBits {bits})", model_file)
         elif ctx.precision == "int8":
@@ -261,7 +299,8 @@ class MNNBackend(Backend):
                 skipped = self._skip_names(ctx, sections["mixed_precision"]["float_layer_names"])
                 sections["mixed_precision"]["calibration"] = (
                     f"{q['feature_method']}/{q['weight_method']} on {q['samples']} samples: the calibration plain "
-                    "int8 chose, used for every candidate (the others are not searched)")
+                    "int8 chose, used for every candidate (the others are not searched)"
+                )
                 sections["quantization"]["skip_quant_op_names"] = skipped
                 step += f", {len(skipped)} layer(s) kept float for --budget {ctx.budget}"
             ctx.check(step, model_file)
@@ -274,8 +313,10 @@ class MNNBackend(Backend):
                 why = ": MNN's int8 kernels are written for Arm (sdot/i8mm); on x86 int8 runs slower than fp32"
             elif ctx.precision == "fp16":
                 why = ": on a CPU without fp16 arithmetic MNN expands fp16 weights to fp32 (a smaller file, fp32 speed)"
-            warnings.append(f"profile {ctx.profile.name} does not list {ctx.precision} as fast for MNN (it lists "
-                            f"{', '.join(runs_fast)}){why}")
+            warnings.append(
+                f"profile {ctx.profile.name} does not list {ctx.precision} as fast for MNN (it lists "
+                f"{', '.join(runs_fast)}){why}"
+            )
 
         backend = settings.get("backend", "CPU")
         runner_options = {
@@ -297,10 +338,15 @@ class MNNBackend(Backend):
             "reference_runtime": reference_runtime,
             "host_checks": "MNN CPU backend, precision normal (fp32 arithmetic) on this machine",
             "target": {
-                "profile": ctx.profile.name, "arch": ctx.profile.arch, "runs_fast": runs_fast,
+                "profile": ctx.profile.name,
+                "arch": ctx.profile.arch,
+                "runs_fast": runs_fast,
                 **runner_options,
-                "note": ("MNN's int8 kernels target Arm (sdot/i8mm): on x86, int8 is slower than fp32"
-                         if x86 else f"{ctx.profile.name} runs {', '.join(runs_fast)} fast with MNN"),
+                "note": (
+                    "MNN's int8 kernels target Arm (sdot/i8mm): on x86, int8 is slower than fp32"
+                    if x86
+                    else f"{ctx.profile.name} runs {', '.join(runs_fast)} fast with MNN"
+                ),
             },
         }
         return BuildResult(
@@ -329,8 +375,10 @@ class MNNBackend(Backend):
             shapes = []
             for spec in specs:
                 if spec.name.startswith("/") or ".." in spec.name.split("/"):
-                    raise ConversionError(f"MNN's quantization tool reads <sample>/<input name>.txt; the input name "
-                                          f"{spec.name!r} cannot be a file name there")
+                    raise ConversionError(
+                        f"MNN's quantization tool reads <sample>/<input name>.txt; the input name "
+                        f"{spec.name!r} cannot be a file name there"
+                    )
                 arr = np.asarray(dataset.samples[k][spec.name])
                 f = d / f"{spec.name}.txt"
                 f.parent.mkdir(parents=True, exist_ok=True)
@@ -352,8 +400,9 @@ class MNNBackend(Backend):
         # Choose on calibration samples no candidate was calibrated on, when there are enough of them.
         used = max(k for _, _, k in plans)
         held_out = n - used >= 16
-        eval_samples = (ctx.calib.samples[used:used + INT8_EVAL_SAMPLES] if held_out
-                        else ctx.calib.samples[:INT8_EVAL_SAMPLES])
+        eval_samples = (
+            ctx.calib.samples[used : used + INT8_EVAL_SAMPLES] if held_out else ctx.calib.samples[:INT8_EVAL_SAMPLES]
+        )
         specs = ctx.source.inputs
         t0 = time.perf_counter()
         procs = []
@@ -364,15 +413,30 @@ class MNNBackend(Backend):
                 samples_dir = work / f"calib-{tag}"
                 shapes = self._write_samples(ctx.calib, specs, k, samples_dir)
                 config = work / f"quant-{tag}.json"
-                config.write_text(json.dumps({
-                    "path": str(samples_dir), "input_type": "sequence", "used_sample_num": k, "inputs": shapes,
-                    "feature_quantize_method": method, "weight_quantize_method": weights,
-                }))
+                config.write_text(
+                    json.dumps(
+                        {
+                            "path": str(samples_dir),
+                            "input_type": "sequence",
+                            "used_sample_num": k,
+                            "inputs": shapes,
+                            "feature_quantize_method": method,
+                            "weight_quantize_method": weights,
+                        }
+                    )
+                )
                 out = work / f"model.int8-{tag}.mnn"
                 if len(procs) >= 2:  # bound the children to this machine's two-at-a-time budget
                     procs[-2] = procs[-2][:4] + (_finish_tool(procs[-2][4]),)
-                procs.append((method, weights, k, out, _start_tool("quantize", ["mnnquant", str(fp32), str(out),
-                                                                                 str(config)], work)))
+                procs.append(
+                    (
+                        method,
+                        weights,
+                        k,
+                        out,
+                        _start_tool("quantize", ["mnnquant", str(fp32), str(out), str(config)], work),
+                    )
+                )
             reference = self.predict(fp32, eval_samples)
             for method, weights, k, out, proc in procs:
                 code, log = proc if isinstance(proc, tuple) else _finish_tool(proc)
@@ -384,12 +448,18 @@ class MNNBackend(Backend):
                 metrics = compare(reference, self.predict(out, eval_samples))["outputs"]
                 cos = [m["cosine_mean"] for m in metrics.values() if "cosine_mean" in m]
                 top1 = [m["top1_agreement"] for m in metrics.values() if "top1_agreement" in m]
-                rec.update({"cosine_mean": round(min(cos), 6) if cos else None,
-                            "top1_agreement": round(min(top1), 4) if top1 else None,
-                            "size_bytes": out.stat().st_size})
+                rec.update(
+                    {
+                        "cosine_mean": round(min(cos), 6) if cos else None,
+                        "top1_agreement": round(min(top1), 4) if top1 else None,
+                        "size_bytes": out.stat().st_size,
+                    }
+                )
                 candidates.append(rec)
-                score = (rec["cosine_mean"] if rec["cosine_mean"] is not None else -1.0,
-                         rec["top1_agreement"] if rec["top1_agreement"] is not None else 0.0)
+                score = (
+                    rec["cosine_mean"] if rec["cosine_mean"] is not None else -1.0,
+                    rec["top1_agreement"] if rec["top1_agreement"] is not None else 0.0,
+                )
                 if best is None or score > best[0]:
                     best = (score, rec, out)
         finally:
@@ -403,20 +473,36 @@ class MNNBackend(Backend):
         if best is not None:
             self._int8_plan[str(work)] = (best[1]["feature_method"], best[1]["weight_method"], best[1]["samples"])
         if best is None:
-            raise ConversionError("MNN's quantization tool failed for every calibration: "
-                                  + "; ".join(c.get("error", "") for c in candidates))
-        ctx.log("  int8 calibrations: " + ", ".join(
-            f"{c['feature_method']}/{c['weight_method']}/{c['samples']}: "
-            + (f"cos {c['cosine_mean']}" if "error" not in c else "failed")
-            for c in candidates) + f" -> {best[1]['feature_method']}/{best[1]['weight_method']}/{best[1]['samples']}")
+            raise ConversionError(
+                "MNN's quantization tool failed for every calibration: "
+                + "; ".join(c.get("error", "") for c in candidates)
+            )
+        ctx.log(
+            "  int8 calibrations: "
+            + ", ".join(
+                f"{c['feature_method']}/{c['weight_method']}/{c['samples']}: "
+                + (f"cos {c['cosine_mean']}" if "error" not in c else "failed")
+                for c in candidates
+            )
+            + f" -> {best[1]['feature_method']}/{best[1]['weight_method']}/{best[1]['samples']}"
+        )
         section = {
-            "method": "static (full int8: weights and activations)", "tool": "MNN quantization tool (_tools.mnnquant)",
-            "calibration_input": "raw tensors (input_type sequence)", "weights": f"int8 per-channel, {best[1]['weight_method']}",
-            "activations": "int8 per-tensor, symmetric", "calibration_samples": n,
-            "candidates": candidates, "chosen": best[1],
-            "selection": (f"highest mean cosine to the FP32 MNN model on {len(eval_samples)} calibration samples "
-                          + ("that no candidate was calibrated on" if held_out else
-                             "that the candidates were also calibrated on (in-sample: pass more calibration data)")),
+            "method": "static (full int8: weights and activations)",
+            "tool": "MNN quantization tool (_tools.mnnquant)",
+            "calibration_input": "raw tensors (input_type sequence)",
+            "weights": f"int8 per-channel, {best[1]['weight_method']}",
+            "activations": "int8 per-tensor, symmetric",
+            "calibration_samples": n,
+            "candidates": candidates,
+            "chosen": best[1],
+            "selection": (
+                f"highest mean cosine to the FP32 MNN model on {len(eval_samples)} calibration samples "
+                + (
+                    "that no candidate was calibrated on"
+                    if held_out
+                    else "that the candidates were also calibrated on (in-sample: pass more calibration data)"
+                )
+            ),
             "seconds": round(time.perf_counter() - t0, 2),
         }
         return best[2], section
@@ -437,8 +523,12 @@ class MNNBackend(Backend):
         from edgekit.errors import ConversionError
 
         dump = ctx.workdir / "model.fp32.ops.json"
-        _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(self._fp32(ctx)), "--JsonFile",
-                              str(dump)], ctx.workdir, dump)
+        _run_tool(
+            "convert",
+            ["mnnconvert", "-f", "MNN", "--modelFile", str(self._fp32(ctx)), "--JsonFile", str(dump)],
+            ctx.workdir,
+            dump,
+        )
         try:
             net = json.loads(dump.read_text())
         except ValueError as e:
@@ -462,15 +552,16 @@ class MNNBackend(Backend):
         wanted = {layer.name for layer in layers}
         found = {}
         for op in self._weighted_ops(ctx):
-            node = producer.get(op[:-len(MATMUL_SUFFIX)] if op.endswith(MATMUL_SUFFIX) else op)
+            node = producer.get(op[: -len(MATMUL_SUFFIX)] if op.endswith(MATMUL_SUFFIX) else op)
             for _ in range(6):
                 if node is None or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
                     break
                 if node.op_type not in TRACE_THROUGH:
                     node = None
                     break
-                node = next((producer[i] for i in node.input if i in producer
-                             and producer[i].op_type != "Constant"), None)
+                node = next(
+                    (producer[i] for i in node.input if i in producer and producer[i].op_type != "Constant"), None
+                )
             if node is not None and node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
                 key = node.name or node.output[0]
                 if key in wanted:
@@ -478,9 +569,9 @@ class MNNBackend(Backend):
         return {layer.name: found.get(layer.name) for layer in layers}
 
     def _skip_names(self, ctx, layer_names):
-        from edgekit.passes.mixed_precision import candidate_layers
-
         import onnx
+
+        from edgekit.passes.mixed_precision import candidate_layers
 
         layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in set(layer_names)]
         return sorted(n for n in self.layer_names(ctx, layers).values() if n)
@@ -495,25 +586,41 @@ class MNNBackend(Backend):
         names = self.layer_names(ctx, exclude) if exclude else {}
         missing = [l.name for l in exclude if not names.get(l.name)]
         if missing:
-            raise ConversionError(f"no MNN op found for layer(s) {', '.join(missing)} of the reference model, so "
-                                  "they cannot be kept float; build --precision int8 without --budget")
+            raise ConversionError(
+                f"no MNN op found for layer(s) {', '.join(missing)} of the reference model, so "
+                "they cannot be kept float; build --precision int8 without --budget"
+            )
         skip = sorted(set(names.values()))
         work = ctx.workdir
         method, weights, k = self._int8_plan.get(str(work)) or (
-            INT8_CANDIDATES[0][0], INT8_CANDIDATES[0][1], min(INT8_CANDIDATES[0][2], len(ctx.calib)))
+            INT8_CANDIDATES[0][0],
+            INT8_CANDIDATES[0][1],
+            min(INT8_CANDIDATES[0][2], len(ctx.calib)),
+        )
         tag = f"{method.lower()}-{weights.lower()}{k}"
         samples_dir = work / f"calib-{tag}"
         if samples_dir.is_dir():
-            shapes = [{"name": s.name, "shape": [int(d) for d in ctx.calib.samples[0][s.name].shape]}
-                      for s in ctx.source.inputs]
+            shapes = [
+                {"name": s.name, "shape": [int(d) for d in ctx.calib.samples[0][s.name].shape]}
+                for s in ctx.source.inputs
+            ]
         else:
             shapes = self._write_samples(ctx.calib, ctx.source.inputs, k, samples_dir)
         n = len(list(work.glob("model.int8-mp*.mnn")))
         config = work / f"quant-mp{n}.json"
-        config.write_text(json.dumps({
-            "path": str(samples_dir), "input_type": "sequence", "used_sample_num": k, "inputs": shapes,
-            "feature_quantize_method": method, "weight_quantize_method": weights, "skip_quant_op_names": skip,
-        }))
+        config.write_text(
+            json.dumps(
+                {
+                    "path": str(samples_dir),
+                    "input_type": "sequence",
+                    "used_sample_num": k,
+                    "inputs": shapes,
+                    "feature_quantize_method": method,
+                    "weight_quantize_method": weights,
+                    "skip_quant_op_names": skip,
+                }
+            )
+        )
         out = work / f"model.int8-mp{len(skip)}f{n}.mnn"
         skipped = work / f"model.int8-mp{len(skip)}f{n}.skipped.mnn" if skip else out
         _run_tool("quantize", ["mnnquant", str(self._fp32(ctx)), str(skipped), str(config)], work, skipped)
@@ -548,12 +655,15 @@ class MNNBackend(Backend):
         heads = [op for op in oplist if op.get("name") in ops]
         back = [t for op in heads for t in op.get("inputIndexes") or []]
         ahead = [t for op in heads for t in op.get("outputIndexes") or []]
+
         # Only through ops that run int8 or float alike (layout, pooling, softmax), and only tensors every reader
         # of which takes float: an op with int8-specific parameters (UnaryOp's tableInt8: hard-swish) fed a
         # tensor that lost its quantization computes garbage (measured on PP-OCR: cosine 0.99 -> 0.6).
         def readers_ok(t):  # every reader takes a float tensor: a convolution, a float layer, or a safe op
-            return all(c.get("type") in MNN_WEIGHTED or c.get("type") in FLOAT_SAFE or c.get("name") in ops
-                       for c in consumers.get(t, []))
+            return all(
+                c.get("type") in MNN_WEIGHTED or c.get("type") in FLOAT_SAFE or c.get("name") in ops
+                for c in consumers.get(t, [])
+            )
 
         while back:
             t = back.pop()
@@ -578,8 +688,9 @@ class MNNBackend(Backend):
         net["extraTensorDescribe"] = [d for d in net.get("extraTensorDescribe") or [] if d.get("index") not in drop]
         dump.write_text(json.dumps(net))
         try:
-            _run_tool("convert", ["mnnconvert", "-f", "JSON", "--modelFile", str(dump), "--MNNModel", str(dst)], work,
-                      dst)
+            _run_tool(
+                "convert", ["mnnconvert", "-f", "JSON", "--modelFile", str(dump), "--MNNModel", str(dst)], work, dst
+            )
         finally:
             dump.unlink(missing_ok=True)
 
@@ -589,7 +700,20 @@ MATMUL_SUFFIX = "__matmul_converted"
 # ops whose int8 form needs nothing but the tensors' quantization: a float layer's activations stay float through them
 FLOAT_SAFE = ("ConvertTensor", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Pooling", "Pooling3D", "Softmax")
 # ONNX nodes an MNN convolution absorbs after the weighted node (its name is the last one's output)
-TRACE_THROUGH = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "PRelu",
-                 "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+TRACE_THROUGH = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "BatchNormalization",
+    "Relu",
+    "Clip",
+    "LeakyRelu",
+    "PRelu",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+)
 
 BACKEND = MNNBackend()

@@ -35,10 +35,23 @@ from pathlib import Path
 from .base import Backend, BuildResult
 
 # Activations NNCF's docs recommend the MIXED preset (asymmetric activation quantization) for.
-NON_RELU_ACTIVATIONS = {"HardSwish", "HardSigmoid", "Sigmoid", "Elu", "Selu", "PRelu", "LeakyRelu", "Gelu",
-                        "Mish", "Tanh", "Softplus", "Swish", "Celu"}
-PRECISION_MARK = ["edgekit", "inference_precision"]   # rt_info key: the precision an IR must execute in
-AUTO_DEFAULT = ("GPU", "CPU")   # OpenVINO's AUTO default priority (the NPU is only used when listed)
+NON_RELU_ACTIVATIONS = {
+    "HardSwish",
+    "HardSigmoid",
+    "Sigmoid",
+    "Elu",
+    "Selu",
+    "PRelu",
+    "LeakyRelu",
+    "Gelu",
+    "Mish",
+    "Tanh",
+    "Softplus",
+    "Swish",
+    "Celu",
+}
+PRECISION_MARK = ["edgekit", "inference_precision"]  # rt_info key: the precision an IR must execute in
+AUTO_DEFAULT = ("GPU", "CPU")  # OpenVINO's AUTO default priority (the NPU is only used when listed)
 
 
 # One implementation of the telemetry block, shared with the agent's runner (which must stay stdlib-only).
@@ -238,20 +251,28 @@ class OpenVINOBackend(Backend):
 
         listed = settings.get("precisions", [])
         if ctx.precision not in listed:
-            warnings.append(f"profile {ctx.profile.name} does not list {ctx.precision} as fast for OpenVINO on "
-                            f"{device} (it lists: {', '.join(listed) or 'nothing'}); expect no speed-up there")
+            warnings.append(
+                f"profile {ctx.profile.name} does not list {ctx.precision} as fast for OpenVINO on "
+                f"{device} (it lists: {', '.join(listed) or 'nothing'}); expect no speed-up there"
+            )
         final_model = self.core().read_model(str(final))
         support = self._operator_support(final_model, device, ctx.profile)
         sections["operator_support"] = support
         for dev, s in support.items():
             if s.get("checked") and s["unsupported_ops"]:
-                warnings.append(f"OpenVINO's {dev} plugin does not support {s['nodes'] - s['supported_nodes']} node(s) "
-                                f"({', '.join(s['unsupported_ops'])}); the runner will not run the model on {dev}")
+                warnings.append(
+                    f"OpenVINO's {dev} plugin does not support {s['nodes'] - s['supported_nodes']} node(s) "
+                    f"({', '.join(s['unsupported_ops'])}); the runner will not run the model on {dev}"
+                )
         host_default = self._host_default_precision()
         sections["openvino"] = {
             "ir": {"xml": "model.xml", "weights": "model.bin"},
-            "weights": {"fp32": "fp32", "fp16": "fp16 (decompressed at load)", "int8": "int8 (FakeQuantize, NNCF)",
-                        "int8-weights": "int8 asymmetric, per output channel (NNCF)"}[ctx.precision],
+            "weights": {
+                "fp32": "fp32",
+                "fp16": "fp16 (decompressed at load)",
+                "int8": "int8 (FakeQuantize, NNCF)",
+                "int8-weights": "int8 asymmetric, per output channel (NNCF)",
+            }[ctx.precision],
             "device": device,
             "devices_in_order": device_list(device),
             "performance_hint": hint,
@@ -261,9 +282,11 @@ class OpenVINOBackend(Backend):
             "this_cpu_default_precision": host_default,
         }
         if exec_precision is None and ctx.profile.name == "host" and host_default not in (None, "f32"):
-            warnings.append(f"OpenVINO executes this {ctx.precision} build in {host_default} on this CPU (its default "
-                            "here); the fidelity above was measured at f32. The agent's bench reports the "
-                            "inference_precision that ran and compares its outputs with this machine's")
+            warnings.append(
+                f"OpenVINO executes this {ctx.precision} build in {host_default} on this CPU (its default "
+                "here); the fidelity above was measured at f32. The agent's bench reports the "
+                "inference_precision that ran and compares its outputs with this machine's"
+            )
 
         return BuildResult(
             model_file=final,
@@ -274,8 +297,7 @@ class OpenVINOBackend(Backend):
             ops=self._ops(final_model),
             sections=sections,
             warnings=warnings,
-            runner_options={"device": device, "hint": hint, "inference_precision": exec_precision,
-                            "model_cache": True},
+            runner_options={"device": device, "hint": hint, "inference_precision": exec_precision, "model_cache": True},
         )
 
     @staticmethod
@@ -303,8 +325,9 @@ class OpenVINOBackend(Backend):
             with _quiet():
                 import nncf
         except ImportError:
-            raise BackendUnavailable("int8 builds with OpenVINO need NNCF: pip install 'edgekit[openvino]' "
-                                     "(or pip install nncf)") from None
+            raise BackendUnavailable(
+                "int8 builds with OpenVINO need NNCF: pip install 'edgekit[openvino]' (or pip install nncf)"
+            ) from None
         return nncf
 
     # -- mixed precision (--budget) ---------------------------------------------------
@@ -322,8 +345,13 @@ class OpenVINOBackend(Backend):
         """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
         the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
         model = self.core().read_model(str(self._fp32_ir(ctx)))
-        weighted = {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData",
-                    "MatMul"}
+        weighted = {
+            "Convolution",
+            "GroupConvolution",
+            "ConvolutionBackpropData",
+            "GroupConvolutionBackpropData",
+            "MatMul",
+        }
         by_tensor = {}
         for op in model.get_ordered_ops():
             for out in op.outputs():
@@ -340,15 +368,23 @@ class OpenVINOBackend(Backend):
                 hops -= 1
             return None
 
-        return {layer.name: next((find(by_tensor[t]) for t in layer.tensors if t in by_tensor and find(by_tensor[t])),
-                                 None) for layer in layers}
+        return {
+            layer.name: next((find(by_tensor[t]) for t in layer.tensors if t in by_tensor and find(by_tensor[t])), None)
+            for layer in layers
+        }
 
     def quantize(self, ctx, exclude=()):
         settings = ctx.profile.backend("openvino")
         names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
         tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"
-        xml, _ = self._int8(_ov(), ctx, self._fp32_ir(ctx), ctx.workdir / "openvino" / f"int8-mp{tag}",
-                            settings.get("device", "CPU"), ignored=names)
+        xml, _ = self._int8(
+            _ov(),
+            ctx,
+            self._fp32_ir(ctx),
+            ctx.workdir / "openvino" / f"int8-mp{tag}",
+            settings.get("device", "CPU"),
+            ignored=names,
+        )
         return xml
 
     def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
@@ -367,22 +403,33 @@ class OpenVINOBackend(Backend):
         advanced = AdvancedQuantizationParameters(overflow_fix=getattr(OverflowFix, overflow_fix))
         try:
             with _quiet():
-                quantized = nncf.quantize(self.core().read_model(str(fp32_xml)), nncf.Dataset(samples),
-                                          preset=preset, target_device=target_device, subset_size=len(samples),
-                                          advanced_parameters=advanced,
-                                          **({"ignored_scope": nncf.IgnoredScope(names=list(ignored))}
-                                             if ignored else {}))
+                quantized = nncf.quantize(
+                    self.core().read_model(str(fp32_xml)),
+                    nncf.Dataset(samples),
+                    preset=preset,
+                    target_device=target_device,
+                    subset_size=len(samples),
+                    advanced_parameters=advanced,
+                    **({"ignored_scope": nncf.IgnoredScope(names=list(ignored))} if ignored else {}),
+                )
         except Exception as e:  # NNCF raises its own and OpenVINO's exception types
             raise ConversionError(f"NNCF post-training quantization failed: {type(e).__name__}: {e}") from e
         section = {
-            "method": "static", "tool": f"nncf {nncf.__version__}",
+            "method": "static",
+            "tool": f"nncf {nncf.__version__}",
             "algorithm": "post-training quantization: MinMax ranges + fast bias correction",
             "preset": preset.value,
-            "preset_reason": (f"non-ReLU activations ({', '.join(mixed)}): asymmetric activations" if mixed
-                              else "ReLU-family activations: symmetric activations"),
-            "weights": "int8 symmetric, per output channel", "activations": "int8 (uint8 where asymmetric)",
-            "overflow_fix": overflow_fix.lower(), "overflow_fix_reason": overflow_reason,
-            "target_device": target_device.value, "calibration_samples": len(samples),
+            "preset_reason": (
+                f"non-ReLU activations ({', '.join(mixed)}): asymmetric activations"
+                if mixed
+                else "ReLU-family activations: symmetric activations"
+            ),
+            "weights": "int8 symmetric, per output channel",
+            "activations": "int8 (uint8 where asymmetric)",
+            "overflow_fix": overflow_fix.lower(),
+            "overflow_fix_reason": overflow_reason,
+            "target_device": target_device.value,
+            "calibration_samples": len(samples),
         }
         return self._save(ov, quantized, outdir, compress_to_fp16=False), section
 
@@ -394,8 +441,10 @@ class OpenVINOBackend(Backend):
         isa = set(profile.data["cpu"].get("isa", []))
         if profile.arch == "x86_64" and "CPU" in device_list(device) and not isa & {"avx512_vnni", "avx_vnni", "amx"}:
             return "FIRST_LAYER", f"{profile.name}'s x86 CPU has no VNNI: u8s8 products can saturate"
-        return "DISABLE", (f"{profile.name} computes int8 products without 16-bit saturation "
-                           f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)")
+        return "DISABLE", (
+            f"{profile.name} computes int8 products without 16-bit saturation "
+            f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)"
+        )
 
     def _int8_weights(self, ov, fp32_xml, outdir):
         from edgekit.errors import ConversionError
@@ -403,13 +452,19 @@ class OpenVINOBackend(Backend):
         nncf = self._nncf()
         try:
             with _quiet():
-                compressed = nncf.compress_weights(self.core().read_model(str(fp32_xml)),
-                                                   mode=nncf.CompressWeightsMode.INT8_ASYM)
+                compressed = nncf.compress_weights(
+                    self.core().read_model(str(fp32_xml)), mode=nncf.CompressWeightsMode.INT8_ASYM
+                )
         except Exception as e:
             raise ConversionError(f"NNCF weight compression failed: {type(e).__name__}: {e}") from e
-        section = {"method": "weights-only", "tool": f"nncf {nncf.__version__}", "mode": "int8_asym",
-                   "per_channel": True, "activations": "floating point (the device's precision)",
-                   "calibration_samples": 0}
+        section = {
+            "method": "weights-only",
+            "tool": f"nncf {nncf.__version__}",
+            "mode": "int8_asym",
+            "per_channel": True,
+            "activations": "floating point (the device's precision)",
+            "calibration_samples": 0,
+        }
         return self._save(ov, compressed, outdir, compress_to_fp16=False), section
 
     def _host_default_precision(self):
@@ -429,18 +484,27 @@ class OpenVINOBackend(Backend):
         out = {}
         for dev in device_list(device):
             if not _present(dev, available):
-                out[dev] = {"checked": False, "status": f"not checked: no {dev} plugin here",
-                            "detail": self._plugin_detail(core, dev, available)}
+                out[dev] = {
+                    "checked": False,
+                    "status": f"not checked: no {dev} plugin here",
+                    "detail": self._plugin_detail(core, dev, available),
+                }
                 continue
             supported = core.query_model(model, dev)
             missing = sorted({op.get_type_name() for op in ops if op.get_friendly_name() not in supported})
-            entry = {"checked": True, "supported_nodes": sum(1 for op in ops if op.get_friendly_name() in supported),
-                     "nodes": len(ops), "unsupported_ops": missing,
-                     "checked_with": f"{dev} plugin on this machine ({self._device_name(core, dev)})",
-                     "status": "supported" if not missing else f"{len(missing)} op type(s) unsupported"}
+            entry = {
+                "checked": True,
+                "supported_nodes": sum(1 for op in ops if op.get_friendly_name() in supported),
+                "nodes": len(ops),
+                "unsupported_ops": missing,
+                "checked_with": f"{dev} plugin on this machine ({self._device_name(core, dev)})",
+                "status": "supported" if not missing else f"{len(missing)} op type(s) unsupported",
+            }
             if dev == "CPU" and profile.arch != host_arch:
-                entry["note"] = (f"checked with this machine's {host_arch} CPU plugin; the device's {profile.arch} "
-                                 "CPU plugin is a different implementation and can differ")
+                entry["note"] = (
+                    f"checked with this machine's {host_arch} CPU plugin; the device's {profile.arch} "
+                    "CPU plugin is a different implementation and can differ"
+                )
             out[dev] = entry
         return out
 
@@ -458,8 +522,10 @@ class OpenVINOBackend(Backend):
         except Exception as e:
             lines = [l for l in str(e).strip().splitlines() if l.strip()]
             return f"this OpenVINO cannot load its {dev} plugin ({lines[-1] if lines else type(e).__name__})"
-        return (f"the {dev} plugin library loads but finds no {dev} device on this machine "
-                f"(devices here: {', '.join(available) or 'none'})")
+        return (
+            f"the {dev} plugin library loads but finds no {dev} device on this machine "
+            f"(devices here: {', '.join(available) or 'none'})"
+        )
 
     @staticmethod
     def _ops(model):

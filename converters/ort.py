@@ -108,7 +108,8 @@ class OrtBackend(Backend):
             if "fp16" not in settings.get("precisions", []):
                 warnings.append(
                     f"profile {ctx.profile.name} does not list fp16 as fast for ONNX Runtime: its CPU provider "
-                    "runs most fp16 ops through casts to fp32; expect it slower than fp32 here")
+                    "runs most fp16 ops through casts to fp32; expect it slower than fp32 here"
+                )
         elif ctx.precision == "int8":
             reduce_range = bool(settings.get("int8_reduce_range", False))
             model_path = self._int8_static(ctx, work, reduce_range)
@@ -118,14 +119,21 @@ class OrtBackend(Backend):
                 model_path, sections["mixed_precision"] = search(self, ctx, plain=model_path)
                 warnings.extend(sections["mixed_precision"].get("warnings", []))
             sections["quantization"] = {
-                "method": "static", "format": "QDQ", "per_channel": True, "activations": "uint8",
-                "weights": "int8", "reduce_range": reduce_range, "calibration": "minmax",
+                "method": "static",
+                "format": "QDQ",
+                "per_channel": True,
+                "activations": "uint8",
+                "weights": "int8",
+                "reduce_range": reduce_range,
+                "calibration": "minmax",
                 "calibration_samples": len(ctx.calib),
             }
             floats = len(sections.get("mixed_precision", {}).get("float_layer_names", []))
-            ctx.check("int8 static quantization (QDQ, per-channel)" + (
-                f", {floats} layer(s) kept float for --budget {ctx.budget}" if ctx.budget is not None else ""),
-                model_path)
+            ctx.check(
+                "int8 static quantization (QDQ, per-channel)"
+                + (f", {floats} layer(s) kept float for --budget {ctx.budget}" if ctx.budget is not None else ""),
+                model_path,
+            )
         elif ctx.precision == "int8-dynamic":
             model_path = self._int8_dynamic(ctx.reference_path, work / "model.int8dyn.onnx")
             sections["quantization"] = {"method": "dynamic", "format": "QOperator", "weights": "int8"}
@@ -133,7 +141,8 @@ class OrtBackend(Backend):
             if op_types & FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC:
                 warnings.append(
                     "int8-dynamic turns Conv into ConvInteger, which ONNX Runtime runs 10-20x slower than fp32 on "
-                    "CNNs; use --precision int8 with --calib for a convolutional model")
+                    "CNNs; use --precision int8 with --calib for a convolutional model"
+                )
         else:
             raise ValueError(f"unsupported precision {ctx.precision}")
 
@@ -179,7 +188,9 @@ class OrtBackend(Backend):
         except ImportError:
             from edgekit.errors import BackendUnavailable
 
-            raise BackendUnavailable("fp16 conversion needs onnxconverter-common: pip install 'edgekit[fp16]'") from None
+            raise BackendUnavailable(
+                "fp16 conversion needs onnxconverter-common: pip install 'edgekit[fp16]'"
+            ) from None
         from edgekit.errors import ConversionError
 
         try:
@@ -207,9 +218,17 @@ class OrtBackend(Backend):
         try:
             with _quiet():
                 quantize_static(
-                    str(pre), str(out), _Reader(ctx.calib), quant_format=QuantFormat.QDQ, per_channel=True,
-                    reduce_range=reduce_range, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=list(exclude) or None, **options,
+                    str(pre),
+                    str(out),
+                    _Reader(ctx.calib),
+                    quant_format=QuantFormat.QDQ,
+                    per_channel=True,
+                    reduce_range=reduce_range,
+                    activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                    nodes_to_exclude=list(exclude) or None,
+                    **options,
                 )
         except Exception as e:  # ORT raises bare Exceptions with its own messages
             raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
@@ -260,10 +279,15 @@ class OrtBackend(Backend):
         import onnx
 
         pre = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False)
-        by_output = {n.output[0]: n.name for n in pre.graph.node
-                     if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and n.output and n.name}
-        return {layer.name: next((by_output[t] for t in reversed(layer.tensors) if t in by_output), None)
-                for layer in layers}
+        by_output = {
+            n.output[0]: n.name
+            for n in pre.graph.node
+            if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and n.output and n.name
+        }
+        return {
+            layer.name: next((by_output[t] for t in reversed(layer.tensors) if t in by_output), None)
+            for layer in layers
+        }
 
     def quantize(self, ctx, exclude=()):
         """A layer kept float takes its element-wise tail with it (activations, pooling, residual Add: every node
@@ -287,12 +311,20 @@ class OrtBackend(Backend):
                     continue
                 nodes.add(n.name)
                 for out in n.output:
-                    stack.extend(c for c in consumers.get(out, [])
-                                 if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"))
+                    stack.extend(
+                        c
+                        for c in consumers.get(out, [])
+                        if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul")
+                    )
         nodes = sorted(nodes)
         tag = f"{len(nodes)}f{len(list(ctx.workdir.glob('model.int8-mp*.onnx')))}"
-        return self._int8_static(ctx, ctx.workdir, bool(settings.get("int8_reduce_range", False)), nodes,
-                                 out=ctx.workdir / f"model.int8-mp{tag}.onnx")
+        return self._int8_static(
+            ctx,
+            ctx.workdir,
+            bool(settings.get("int8_reduce_range", False)),
+            nodes,
+            out=ctx.workdir / f"model.int8-mp{tag}.onnx",
+        )
 
     def _ensure_opset(self, ctx, minimum, work):
         """Per-channel QDQ needs DequantizeLinear's axis (opset 13): upgrade older models, checked."""
@@ -307,8 +339,10 @@ class OrtBackend(Backend):
         try:
             upgraded = version_converter.convert_version(onnx.load(str(ctx.reference_path)), minimum)
         except Exception as e:  # the converter raises RuntimeError/ValueError/ConvertError
-            raise ConversionError(f"cannot upgrade the model from opset {current} to {minimum} for int8 "
-                                  f"quantization: {e}; re-export the model with opset >= {minimum}") from e
+            raise ConversionError(
+                f"cannot upgrade the model from opset {current} to {minimum} for int8 "
+                f"quantization: {e}; re-export the model with opset >= {minimum}"
+            ) from e
         path = work / f"model.opset{minimum}.onnx"
         onnx.save(upgraded, str(path))
         ctx.check(f"opset upgrade {current} -> {minimum}", path)
@@ -338,8 +372,12 @@ class OrtBackend(Backend):
         src.write_bytes(onnx_path.read_bytes())
         try:
             with _quiet():
-                convert_onnx_models_to_ort(src, output_dir=outdir, optimization_styles=[OptimizationStyle.Fixed],
-                                           target_platform=target_platform)
+                convert_onnx_models_to_ort(
+                    src,
+                    output_dir=outdir,
+                    optimization_styles=[OptimizationStyle.Fixed],
+                    target_platform=target_platform,
+                )
         except Exception as e:
             raise ConversionError(f"conversion to ORT format failed: {e}") from e
         ort_file = outdir / "model.ort"
@@ -402,4 +440,6 @@ class OrtBackend(Backend):
                 "suitability": info.suitability().name,
             }
         return out
+
+
 BACKEND = OrtBackend()

@@ -19,17 +19,18 @@ reads, where 3.x's is not). Choices, and why (measured with paddlelite 2.13rc0 o
 import platform
 from pathlib import Path
 
+from edgekit.toolenvs import ToolEnvSpec
+
 from .base import BuildResult
 from .toolworker import ToolEnvBackend
-from edgekit.toolenvs import ToolEnvSpec
 
 TOOLS = Path(__file__).resolve().parent / "tools"
 HOST_TARGET = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm", "arm64": "arm"}
 REFUSED = {
     "fp16": "Paddle Lite's fp16 .nb runs only on ARM CPUs with fp16 arithmetic (opt enable_fp16): this x86 host "
-            "cannot check a single output of it, so edgekit does not ship it; build fp32",
+    "cannot check a single output of it, so edgekit does not ship it; build fp32",
     "int8": "Paddle Lite runs int8 only from a model quantized in Paddle (PaddleSlim); on this host's x86 kernels "
-            "quantized .nb files returned NaN or garbage when measured, so no int8 build could be checked; build fp32",
+    "quantized .nb files returned NaN or garbage when measured, so no int8 build could be checked; build fp32",
 }
 
 
@@ -42,19 +43,40 @@ class PaddleLiteBackend(ToolEnvBackend):
         name="paddlelite",
         pythons=("3.10",),
         requirements=(  # every package of the environment (resolved on Python 3.10), pinned
-            "paddlelite==2.13rc0", "paddlepaddle==2.6.2", "x2paddle==1.6.0", "onnx==1.17.0", "anyio==4.16.0",
-            "astor==0.8.1", "certifi==2026.10.19.post1", "charset-normalizer==3.5.3", "decorator==5.3.1",
-            "exceptiongroup==1.3.2", "h11==0.16.0", "httpcore==1.0.9", "httpx==0.28.1", "idna==3.20",
-            "mpmath==1.3.0", "numpy==2.2.6", "opt-einsum==3.3.0", "packaging==26.4", "pillow==12.3.0",
-            "protobuf==7.36.2", "requests==2.34.2", "six==1.17.0", "sympy==1.14.0", "typing_extensions==4.16.0",
+            "paddlelite==2.13rc0",
+            "paddlepaddle==2.6.2",
+            "x2paddle==1.6.0",
+            "onnx==1.17.0",
+            "anyio==4.16.0",
+            "astor==0.8.1",
+            "certifi==2026.10.19.post1",
+            "charset-normalizer==3.5.3",
+            "decorator==5.3.1",
+            "exceptiongroup==1.3.2",
+            "h11==0.16.0",
+            "httpcore==1.0.9",
+            "httpx==0.28.1",
+            "idna==3.20",
+            "mpmath==1.3.0",
+            "numpy==2.2.6",
+            "opt-einsum==3.3.0",
+            "packaging==26.4",
+            "pillow==12.3.0",
+            "protobuf==7.36.2",
+            "requests==2.34.2",
+            "six==1.17.0",
+            "sympy==1.14.0",
+            "typing_extensions==4.16.0",
             "urllib3==2.8.0",
         ),
         check="import paddlelite.lite, x2paddle.convert, paddle, onnx",
         purpose="ONNX -> Paddle (x2paddle) -> Paddle Lite .nb (opt), and the Paddle Lite runtime for host checks",
         env=(("GLOG_minloglevel", "2"), ("FLAGS_call_stack_level", "0"), ("PIP_NO_INDEX", "1")),
     )
-    ready_detail = ("paddlelite 2.13rc0 (tool environment ready: Python {python}, {path}); builds fp32 (fp16 and int8 "
-                    "are refused: this host cannot check them)")
+    ready_detail = (
+        "paddlelite 2.13rc0 (tool environment ready: Python {python}, {path}); builds fp32 (fp16 and int8 "
+        "are refused: this host cannot check them)"
+    )
     noise = ("Converting node", "INFO]", "=====", "warnings.warn", "UserWarning", "full_graph=True")
 
     def runtime_version(self):
@@ -72,16 +94,22 @@ class PaddleLiteBackend(ToolEnvBackend):
     def _no_host_target():
         from edgekit.errors import ConversionError
 
-        return ConversionError(f"this host ({platform.machine()}) runs no Paddle Lite target edgekit knows (x86, arm): "
-                               "a converted model could not be checked here")
+        return ConversionError(
+            f"this host ({platform.machine()}) runs no Paddle Lite target edgekit knows (x86, arm): "
+            "a converted model could not be checked here"
+        )
 
     def _convert(self, onnx_path, work, targets, inputs, outputs, runner_options, log):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
-        res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py",
-                                {"step": "ONNX -> Paddle -> .nb", "onnx": str(onnx_path), "outdir": str(work),
-                                 "targets": targets}, work, log=log)
+        res = toolenvs.run_tool(
+            self.toolenv,
+            TOOLS / "paddle_convert.py",
+            {"step": "ONNX -> Paddle -> .nb", "onnx": str(onnx_path), "outdir": str(work), "targets": targets},
+            work,
+            log=log,
+        )
         for t, nb in res["nb"].items():
             self.register(nb, inputs, outputs, dict(runner_options, inputs=res["inputs"], target=t))
         return res
@@ -93,8 +121,15 @@ class PaddleLiteBackend(ToolEnvBackend):
         if host is None:
             raise self._no_host_target()
         src = load_model(onnx_path)
-        res = self._convert(onnx_path, Path(workdir), [host], [s.to_dict() for s in src.inputs],
-                            [s.to_dict() for s in src.outputs], {"target": host}, log=None)
+        res = self._convert(
+            onnx_path,
+            Path(workdir),
+            [host],
+            [s.to_dict() for s in src.inputs],
+            [s.to_dict() for s in src.outputs],
+            {"target": host},
+            log=None,
+        )
         nb = Path(res["nb"][host])
         self.register_fp32(onnx_path, nb)
         return nb
@@ -116,8 +151,15 @@ class PaddleLiteBackend(ToolEnvBackend):
         targets = [host] if host == target else [host, target]
         inputs = [s.to_dict() for s in ctx.source.inputs]
         outputs = [s.to_dict() for s in ctx.source.outputs]
-        res = self._convert(ctx.reference_path, ctx.workdir / "paddlelite", targets, inputs, outputs,
-                            {"target": target, "power_mode": settings.get("power_mode")}, log=self.quiet(ctx.log))
+        res = self._convert(
+            ctx.reference_path,
+            ctx.workdir / "paddlelite",
+            targets,
+            inputs,
+            outputs,
+            {"target": target, "power_mode": settings.get("power_mode")},
+            log=self.quiet(ctx.log),
+        )
         runner_options = {"target": target, "inputs": res["inputs"], "power_mode": settings.get("power_mode")}
         ctx.check(f"fp32 (ONNX -> x2paddle -> opt, {host} .nb on this host)", Path(res["nb"][host]))
         self.register_fp32(ctx.reference_path, res["nb"][host])
@@ -126,29 +168,38 @@ class PaddleLiteBackend(ToolEnvBackend):
             validated = "yes (this host runs the shipped .nb)"
             warnings = []
         else:
-            validated = (f"no (cross-target: {target} .nb cannot run on this {host} host; the {host} build of the same "
-                         "graph was validated)")
-            warnings = [f"the shipped {target} .nb was not run here: the {host} .nb of the same Paddle graph passed the "
-                        "fidelity check, and the device compares its own outputs with this machine's when the bundle "
-                        "is installed"]
+            validated = (
+                f"no (cross-target: {target} .nb cannot run on this {host} host; the {host} build of the same "
+                "graph was validated)"
+            )
+            warnings = [
+                f"the shipped {target} .nb was not run here: the {host} .nb of the same Paddle graph passed the "
+                "fidelity check, and the device compares its own outputs with this machine's when the bundle "
+                "is installed"
+            ]
         runner_options["validated"] = validated
         tail = res["tailoring"].get(target, {})
-        extra = [(Path(tail[k]), role) for k, role in (("ops", "tailored_ops"), ("kernels", "tailored_kernels"))
-                 if k in tail]
-        sections = {"paddlelite": {
-            "converter": f"x2paddle {res['versions']['x2paddle']} (usage report disabled) with paddlepaddle "
-                         f"{res['versions']['paddlepaddle']}, then opt (paddlelite {res['versions']['paddlelite']})",
-            "runtime": f"paddlelite {res['versions']['paddlelite']} (MobileConfig)",
-            "tool_environment": toolenvs.state(self.toolenv)["path"],
-            "target": target, "built_targets": list(res["nb"]), "host_target": host,
-            "validated": validated,
-            "renamed_tensors": res["renamed"],
-            "model_ops": res["ops"].get(target, []),
-            "kernels": res["kernels"].get(target, []),
-            "tailoring": "the tailored op and kernel lists (opt record_model_info) are in the bundle for a selective "
-                         "build of Paddle Lite",
-            "seconds": res["seconds"],
-        }}
+        extra = [
+            (Path(tail[k]), role) for k, role in (("ops", "tailored_ops"), ("kernels", "tailored_kernels")) if k in tail
+        ]
+        sections = {
+            "paddlelite": {
+                "converter": f"x2paddle {res['versions']['x2paddle']} (usage report disabled) with paddlepaddle "
+                f"{res['versions']['paddlepaddle']}, then opt (paddlelite {res['versions']['paddlelite']})",
+                "runtime": f"paddlelite {res['versions']['paddlelite']} (MobileConfig)",
+                "tool_environment": toolenvs.state(self.toolenv)["path"],
+                "target": target,
+                "built_targets": list(res["nb"]),
+                "host_target": host,
+                "validated": validated,
+                "renamed_tensors": res["renamed"],
+                "model_ops": res["ops"].get(target, []),
+                "kernels": res["kernels"].get(target, []),
+                "tailoring": "the tailored op and kernel lists (opt record_model_info) are in the bundle for a selective "
+                "build of Paddle Lite",
+                "seconds": res["seconds"],
+            }
+        }
         return BuildResult(
             model_file=shipped,
             extra_files=extra,

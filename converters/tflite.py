@@ -36,13 +36,42 @@ IO_FILE = "io_layout.json"
 # and installed from wheels; ai-edge-quantizer 0.5.1 is the newest release that accepts onnx2tf's
 # ai-edge-litert pin.
 REQUIREMENTS = (
-    "onnx2tf==2.6.9", "ai-edge-quantizer==0.5.1", "ai-edge-litert==2.1.2", "absl-py==2.5.1",
-    "backports.strenum==1.2.8", "flatbuffers==25.12.19", "h5py==3.14.0", "immutabledict==4.3.1", "iniconfig==2.3.1",
-    "litert-lm-builder==0.18.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.5.4", "mpmath==1.3.0",
-    "numpy==2.2.6", "onnx-ir==1.1.0", "onnx==1.20.1", "onnxoptimizer==0.4.2", "onnxruntime==1.26.0",
-    "onnxscript==0.6.2", "onnxsim==0.6.5", "opencv-python==4.13.0.92", "packaging==26.4", "pluggy==1.7.0",
-    "protobuf==7.35.1", "psutil==5.9.5", "Pygments==2.21.0", "pytest==9.0.2", "rich==15.0.0", "scipy==1.18.1",
-    "setuptools==81.0.0", "sne4onnx==2.0.1", "sng4onnx==2.0.1", "sympy==1.14.0", "tomli==2.5.0", "tqdm==4.67.1",
+    "onnx2tf==2.6.9",
+    "ai-edge-quantizer==0.5.1",
+    "ai-edge-litert==2.1.2",
+    "absl-py==2.5.1",
+    "backports.strenum==1.2.8",
+    "flatbuffers==25.12.19",
+    "h5py==3.14.0",
+    "immutabledict==4.3.1",
+    "iniconfig==2.3.1",
+    "litert-lm-builder==0.18.1",
+    "markdown-it-py==4.3.0",
+    "mdurl==0.1.2",
+    "ml_dtypes==0.5.4",
+    "mpmath==1.3.0",
+    "numpy==2.2.6",
+    "onnx-ir==1.1.0",
+    "onnx==1.20.1",
+    "onnxoptimizer==0.4.2",
+    "onnxruntime==1.26.0",
+    "onnxscript==0.6.2",
+    "onnxsim==0.6.5",
+    "opencv-python==4.13.0.92",
+    "packaging==26.4",
+    "pluggy==1.7.0",
+    "protobuf==7.35.1",
+    "psutil==5.9.5",
+    "Pygments==2.21.0",
+    "pytest==9.0.2",
+    "rich==15.0.0",
+    "scipy==1.18.1",
+    "setuptools==81.0.0",
+    "sne4onnx==2.0.1",
+    "sng4onnx==2.0.1",
+    "sympy==1.14.0",
+    "tomli==2.5.0",
+    "tqdm==4.67.1",
     "typing_extensions==4.16.0",
 )
 TOOLENV = ToolEnvSpec(
@@ -51,8 +80,13 @@ TOOLENV = ToolEnvSpec(
     requirements=REQUIREMENTS,
     check="import onnx2tf, onnxsim, onnxruntime, ai_edge_quantizer, ai_edge_litert.interpreter",
     purpose="onnx2tf 2.x (ONNX -> TFLite without TensorFlow) and ai-edge-quantizer",
-    env=(("TQDM_DISABLE", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2"), ("PIP_NO_INDEX", "1"), ("PIP_NO_INPUT", "1"),
-         ("HF_HUB_OFFLINE", "1")),
+    env=(
+        ("TQDM_DISABLE", "1"),
+        ("TF_CPP_MIN_LOG_LEVEL", "2"),
+        ("PIP_NO_INDEX", "1"),
+        ("PIP_NO_INPUT", "1"),
+        ("HF_HUB_OFFLINE", "1"),
+    ),
 )
 
 
@@ -87,9 +121,11 @@ def _structured_probe(specs, seed=0):
 class TFLiteBackend(Backend):
     name = "tflite"
     runtime = "ai-edge-litert"
-    install_hint = ("The host needs the LiteRT runtime for fidelity checks: pip install 'edgekit[tflite]' "
-                    "(ai-edge-litert); the converter lives in a tool environment edgekit creates "
-                    "(`edgekit backends install tflite`).")
+    install_hint = (
+        "The host needs the LiteRT runtime for fidelity checks: pip install 'edgekit[tflite]' "
+        "(ai-edge-litert); the converter lives in a tool environment edgekit creates "
+        "(`edgekit backends install tflite`)."
+    )
     precisions = ("fp32", "fp16", "int8-dynamic", "int8")
     toolenv = TOOLENV
 
@@ -106,8 +142,11 @@ class TFLiteBackend(Backend):
             return False, "ai-edge-litert is not installed (the host runs each step's output for the fidelity checks)"
         if env.get("interpreter_missing"):
             return False, f"{found[0]} {found[2]}; {env['detail']}"
-        where = ("ready" if env["ready"] else
-                 "not created yet: `edgekit backends install tflite` or the first build creates it")
+        where = (
+            "ready"
+            if env["ready"]
+            else "not created yet: `edgekit backends install tflite` or the first build creates it"
+        )
         return True, f"{found[0]} {found[2]} (XNNPACK on CPU); converter tool environment {where}"
 
     def explain_unavailable(self, detail):
@@ -191,8 +230,9 @@ class TFLiteBackend(Backend):
             "threads": threads,
         }
         if calib is not None:
-            np.savez(work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples])
-                                            for s in specs})
+            np.savez(
+                work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples]) for s in specs}
+            )
             request["calib"] = str(work / "calib.npz")
         request.update(extra or {})
         res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
@@ -205,8 +245,16 @@ class TFLiteBackend(Backend):
         from edgekit.model import load_model
 
         src = load_model(onnx_path)
-        res = self._convert(onnx_path, Path(workdir), "fp32", src.inputs, src.outputs, _structured_probe(src.inputs),
-                            _threads(None), log=None)
+        res = self._convert(
+            onnx_path,
+            Path(workdir),
+            "fp32",
+            src.inputs,
+            src.outputs,
+            _structured_probe(src.inputs),
+            _threads(None),
+            log=None,
+        )
         return Path(res["fp32"])
 
     # -- conversion -------------------------------------------------------------------
@@ -218,14 +266,25 @@ class TFLiteBackend(Backend):
         work = Path(ctx.workdir) / "tflite"
         specs = ctx.source.inputs
         evaluation = getattr(ctx, "evaluation", None)
-        real = ctx.calib if ctx.calib is not None and not ctx.calib.synthetic else (
-            evaluation if evaluation is not None and not evaluation.synthetic else None)
+        real = (
+            ctx.calib
+            if ctx.calib is not None and not ctx.calib.synthetic
+            else (evaluation if evaluation is not None and not evaluation.synthetic else None)
+        )
         probe = real.samples[0] if real is not None else _structured_probe(specs)
         t0 = time.perf_counter()
-        res = self._convert(ctx.reference_path, work, ctx.precision, specs, ctx.source.outputs, probe,
-                            _threads(ctx.profile.threads if ctx.profile.name == "host" else None), ctx.log,
-                            calib=ctx.calib if ctx.precision == "int8" else None,
-                            extra={"calibration_cache": str(work / "calibration.json")} if ctx.budget else None)
+        res = self._convert(
+            ctx.reference_path,
+            work,
+            ctx.precision,
+            specs,
+            ctx.source.outputs,
+            probe,
+            _threads(ctx.profile.threads if ctx.profile.name == "host" else None),
+            ctx.log,
+            calib=ctx.calib if ctx.precision == "int8" else None,
+            extra={"calibration_cache": str(work / "calibration.json")} if ctx.budget else None,
+        )
         self._converted[str(ctx.workdir)] = res
         seconds = round(time.perf_counter() - t0, 2)
         fp32, model_file = Path(res["fp32"]), Path(res["model"])
@@ -239,41 +298,54 @@ class TFLiteBackend(Backend):
             floats = sections["mixed_precision"]["float_layer_names"]
             quant = dict(quant or {}, float_ops=self._float_scopes(ctx, floats))
         if ctx.precision != "fp32":
-            ctx.check({"fp16": "fp16 weights (ai-edge-quantizer)",
-                       "int8-dynamic": "int8 dynamic range (ai-edge-quantizer)",
-                       "int8": f"int8 full quantization (ai-edge-quantizer, {quant.get('calibration_samples')} "
-                               "calibration samples)" + (
-                                   f", {len(sections['mixed_precision']['float_layer_names'])} layer(s) kept float "
-                                   f"for --budget {ctx.budget}" if sections else "")}[ctx.precision], model_file)
+            ctx.check(
+                {
+                    "fp16": "fp16 weights (ai-edge-quantizer)",
+                    "int8-dynamic": "int8 dynamic range (ai-edge-quantizer)",
+                    "int8": f"int8 full quantization (ai-edge-quantizer, {quant.get('calibration_samples')} "
+                    "calibration samples)"
+                    + (
+                        f", {len(sections['mixed_precision']['float_layer_names'])} layer(s) kept float "
+                        f"for --budget {ctx.budget}"
+                        if sections
+                        else ""
+                    ),
+                }[ctx.precision],
+                model_file,
+            )
         settings = ctx.profile.backend("tflite")
         runner_options = {"providers": list(settings.get("delegates") or ["xnnpack"]), "io": res["io"]}
         for key in ("delegate_libraries", "delegate_options"):
             if settings.get(key):
                 runner_options[key] = settings[key]
         moved = [e["name"] for e in res["io"]["inputs"] + res["io"]["outputs"] if e["perm"]]
-        sections.update({
-            "tflite": {
-                "converter": f"onnx2tf {res['versions'].get('onnx2tf')} (flatbuffer_direct, no TensorFlow) in the "
-                             f"tflite tool environment (Python {res['versions'].get('python')})",
-                "tool_environment": toolenvs.state(self.toolenv)["path"],
-                "versions": res["versions"],
-                "layout": {
-                    "bundle_inputs": "as the ONNX model (what you feed); the runner transposes to the .tflite's layout",
-                    "transposed": moved,
-                    "io": res["io"],
+        sections.update(
+            {
+                "tflite": {
+                    "converter": f"onnx2tf {res['versions'].get('onnx2tf')} (flatbuffer_direct, no TensorFlow) in the "
+                    f"tflite tool environment (Python {res['versions'].get('python')})",
+                    "tool_environment": toolenvs.state(self.toolenv)["path"],
+                    "versions": res["versions"],
+                    "layout": {
+                        "bundle_inputs": "as the ONNX model (what you feed); the runner transposes to the .tflite's layout",
+                        "transposed": moved,
+                        "io": res["io"],
+                    },
+                    "delegates": runner_options["providers"],
+                    "tool_seconds": seconds,
+                    "tool_steps": res.get("steps", []),
+                    "fp32_ops": res.get("fp32_ops"),
                 },
-                "delegates": runner_options["providers"],
-                "tool_seconds": seconds,
-                "tool_steps": res.get("steps", []),
-                "fp32_ops": res.get("fp32_ops"),
-            },
-        })
+            }
+        )
         if quant:
             sections["quantization"] = quant
         warnings = list(res.get("warnings", [])) + list(sections.get("mixed_precision", {}).get("warnings", []))
         if ctx.precision == "int8-dynamic":
-            warnings.append("int8-dynamic quantizes activations at run time: on x86 it ran slower than fp32 under "
-                            "XNNPACK (measured); prefer int8 with --calib, or fp32")
+            warnings.append(
+                "int8-dynamic quantizes activations at run time: on x86 it ran slower than fp32 under "
+                "XNNPACK (measured); prefer int8 with --calib, or fp32"
+            )
         ext = [(work / IO_FILE, "io_layout")]
         return BuildResult(
             model_file=model_file,
@@ -293,8 +365,16 @@ class TFLiteBackend(Backend):
         res = self._converted.get(str(ctx.workdir))
         if res is None:
             work = Path(ctx.workdir) / "tflite"
-            res = self._convert(ctx.reference_path, work, "fp32", ctx.source.inputs, ctx.source.outputs,
-                                _structured_probe(ctx.source.inputs), _threads(None), ctx.log)
+            res = self._convert(
+                ctx.reference_path,
+                work,
+                "fp32",
+                ctx.source.inputs,
+                ctx.source.outputs,
+                _structured_probe(ctx.source.inputs),
+                _threads(None),
+                ctx.log,
+            )
             self._converted[str(ctx.workdir)] = res
         return res
 
@@ -314,9 +394,9 @@ class TFLiteBackend(Backend):
         return {layer.name: " | ".join(self._scopes(ctx, layer)) or None for layer in layers}
 
     def _float_scopes(self, ctx, names):
-        from edgekit.passes.mixed_precision import candidate_layers
-
         import onnx
+
+        from edgekit.passes.mixed_precision import candidate_layers
 
         wanted = set(names)
         layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in wanted]
@@ -338,9 +418,11 @@ class TFLiteBackend(Backend):
             if not found:
                 missing.append(layer.name)
         if missing:
-            raise ConversionError(f"no .tflite op found for layer(s) {', '.join(missing)} of the reference model "
-                                  "(onnx2tf renamed or fused them), so they cannot be kept float; build --precision "
-                                  "int8 without --budget")
+            raise ConversionError(
+                f"no .tflite op found for layer(s) {', '.join(missing)} of the reference model "
+                "(onnx2tf renamed or fused them), so they cannot be kept float; build --precision "
+                "int8 without --budget"
+            )
         base = Path(ctx.workdir) / "tflite"
         work = base / f"mp{len(list(base.glob('mp*')))}"
         work.mkdir(parents=True)
@@ -348,12 +430,19 @@ class TFLiteBackend(Backend):
 
         calib = base / "calib.npz"
         if not calib.is_file():
-            np.savez(calib, **{s.name: np.stack([np.asarray(x[s.name]) for x in ctx.calib.samples])
-                               for s in ctx.source.inputs})
-        request = {"step": f"ai-edge-quantizer (int8, {len(scopes)} op(s) float)", "precision": "int8",
-                   "requantize": {"fp32": res["fp32"], "io": res["io"]}, "calib": str(calib),
-                   "calibration_cache": str(base / "calibration.json"), "float_scopes": sorted(set(scopes)),
-                   "threads": _threads(ctx.profile.threads if ctx.profile.name == "host" else None)}
+            np.savez(
+                calib,
+                **{s.name: np.stack([np.asarray(x[s.name]) for x in ctx.calib.samples]) for s in ctx.source.inputs},
+            )
+        request = {
+            "step": f"ai-edge-quantizer (int8, {len(scopes)} op(s) float)",
+            "precision": "int8",
+            "requantize": {"fp32": res["fp32"], "io": res["io"]},
+            "calib": str(calib),
+            "calibration_cache": str(base / "calibration.json"),
+            "float_scopes": sorted(set(scopes)),
+            "threads": _threads(ctx.profile.threads if ctx.profile.name == "host" else None),
+        }
         out = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=None)
         (work / IO_FILE).write_text(json.dumps(out["io"], indent=2))
         return Path(out["model"])

@@ -30,7 +30,7 @@ from .base import Backend
 
 WORKER = Path(__file__).resolve().parent / "tools" / "runner_worker.py"
 LOAD_TIMEOUT = 600  # s for the runtime to load a model; a runtime that hangs longer is stopped
-RUN_TIMEOUT = 300   # s for one inference
+RUN_TIMEOUT = 300  # s for one inference
 
 
 class RunnerWorker:
@@ -40,8 +40,9 @@ class RunnerWorker:
     that does not answer within its deadline, or whose exchange is interrupted, is killed.
     """
 
-    def __init__(self, spec, backend, model_path, manifest, threads=None, log=None, load_timeout=None,
-                 run_timeout=None):
+    def __init__(
+        self, spec, backend, model_path, manifest, threads=None, log=None, load_timeout=None, run_timeout=None
+    ):
         from edgekit import agent_package, toolenvs
         from edgekit.cache import cache_root
 
@@ -53,15 +54,30 @@ class RunnerWorker:
         self._buf = bytearray()
         env = dict(os.environ, **dict(spec.env))
         # unbuffered pipes: answers are read here with a deadline (select), which a buffered reader would defeat
-        self.proc = subprocess.Popen([py, "-I", str(WORKER), str(pyz)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [py, "-I", str(WORKER), str(pyz)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            bufsize=0,
+            start_new_session=True,
+        )
         # the reader thread holds the pipe and the deque, never this object: an unreferenced worker is freed
         threading.Thread(target=_pump, args=(self.proc.stderr, self.stderr), daemon=True).start()
         self._finalizer = weakref.finalize(self, _stop, self.proc)
         try:
             manifest = dict(manifest, model=self.model_path.name)
-            head, _ = self._call({"cmd": "load", "backend": backend, "bundle_dir": str(self.model_path.parent),
-                                  "manifest": manifest, "threads": threads}, timeout=load_timeout or LOAD_TIMEOUT)
+            head, _ = self._call(
+                {
+                    "cmd": "load",
+                    "backend": backend,
+                    "bundle_dir": str(self.model_path.parent),
+                    "manifest": manifest,
+                    "threads": threads,
+                },
+                timeout=load_timeout or LOAD_TIMEOUT,
+            )
         except BaseException:
             self.close()
             raise
@@ -83,8 +99,9 @@ class RunnerWorker:
         code = self.proc.poll()
         died = "" if code is None else f" (the worker exited with {code}{': it crashed' if code < 0 else ''})"
         tail = "\n    ".join(l for l in list(self.stderr)[-8:] if l.strip()) or "(no output)"
-        raise ConversionError(f"{self.spec.name}: running {self.model_path.name} in the tool environment failed{died}: "
-                              f"{what}\n    {tail}")
+        raise ConversionError(
+            f"{self.spec.name}: running {self.model_path.name} in the tool environment failed{died}: {what}\n    {tail}"
+        )
 
     def _fill(self, deadline, timeout):
         """Read what the worker has sent into the buffer, waiting at most until ``deadline``."""
@@ -228,7 +245,7 @@ class ToolEnvBackend(Backend):
 
     def __init__(self):
         self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
-        self._fp32_of = {}     # reference .onnx -> this runtime's fp32 build of it (host timing)
+        self._fp32_of = {}  # reference .onnx -> this runtime's fp32 build of it (host timing)
 
     def availability(self):
         from edgekit import toolenvs
@@ -252,8 +269,11 @@ class ToolEnvBackend(Backend):
 
     # -- registration by the build ----------------------------------------------------
     def register(self, model_path, inputs, outputs, runner_options):
-        self._registered[str(Path(model_path).resolve())] = {"inputs": inputs, "outputs": outputs,
-                                                             "runner": runner_options}
+        self._registered[str(Path(model_path).resolve())] = {
+            "inputs": inputs,
+            "outputs": outputs,
+            "runner": runner_options,
+        }
 
     def register_fp32(self, reference_path, model_path):
         self._fp32_of[str(Path(reference_path).resolve())] = Path(model_path)
@@ -292,6 +312,7 @@ class ToolEnvBackend(Backend):
         def out(line):
             if line.strip() and not any(k in line for k in noise):
                 log(f"    {line}")
+
         return out
 
 
@@ -306,8 +327,10 @@ def model_manifest(model_path, registered):
         return {"inputs": m["inputs"], "outputs": m["outputs"], "runner": m.get("runner", {})}
     from edgekit.errors import ConversionError
 
-    raise ConversionError(f"{model_path}: no manifest.json beside it and not built in this process: cannot tell its "
-                          "inputs and runner options")
+    raise ConversionError(
+        f"{model_path}: no manifest.json beside it and not built in this process: cannot tell its "
+        "inputs and runner options"
+    )
 
 
 def onnx_predict(model_path, samples, threads=None):

@@ -285,9 +285,7 @@ def make_mobilenetv2(path: str | os.PathLike, seed: int = 0, softmax: bool = Fal
 def count_parameters(model: onnx.ModelProto) -> int:
     """Number of scalar values in the model's float initializers (the learnable parameters)."""
     return sum(
-        int(np.prod(t.dims))
-        for t in model.graph.initializer
-        if t.data_type == TensorProto.FLOAT and len(t.dims) > 0
+        int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) > 0
     )
 
 

@@ -99,9 +99,7 @@ def render_line(text: str, size: int, margin: float = DEFAULT_MARGIN) -> Image.I
         An RGB :class:`PIL.Image.Image`.
     """
     font = _font(size)
-    left, top, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).textbbox(
-        (0, 0), text, font=font
-    )
+    left, top, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).textbbox((0, 0), text, font=font)
     pad = int(round(margin * size))
     w = right - left + 2 * pad
     h = bottom - top + 2 * pad
@@ -134,9 +132,7 @@ def preprocess(img: Image.Image) -> np.ndarray:
     return out
 
 
-def make_textlines(
-    n: int = 400, seed: int = 0, margin: float = DEFAULT_MARGIN
-) -> tuple[np.ndarray, np.ndarray]:
+def make_textlines(n: int = 400, seed: int = 0, margin: float = DEFAULT_MARGIN) -> tuple[np.ndarray, np.ndarray]:
     """Render ``n`` labelled text lines for the orientation classifier.
 
     Args:
@@ -174,10 +170,7 @@ def evaluate(model_path: str, x: np.ndarray, labels: np.ndarray, batch: int = 64
 
     sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
-    preds = [
-        sess.run(None, {name: x[i : i + batch]})[0].argmax(axis=1)
-        for i in range(0, len(x), batch)
-    ]
+    preds = [sess.run(None, {name: x[i : i + batch]})[0].argmax(axis=1) for i in range(0, len(x), batch)]
     pred = np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
     return float((pred == labels).mean()) if len(labels) else float("nan")
 
@@ -209,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     x, labels = make_textlines(args.n, args.seed, args.margin)
     if args.output:
         np.savez(args.output, x=x, labels=labels)
-        print(f"wrote {args.output}: x {x.shape} {x.dtype}, labels {labels.shape} "
-              f"({int(labels.sum())} rotated)")
+        print(f"wrote {args.output}: x {x.shape} {x.dtype}, labels {labels.shape} ({int(labels.sum())} rotated)")
     if args.evaluate:
         acc = evaluate(args.evaluate, x, labels)
         print(f"accuracy of {args.evaluate}: {acc:.2%} on {len(labels)} lines (seed {args.seed})")

@@ -22,16 +22,24 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="edgekit-agent", description="edgekit on-device agent %s" % __version__)
     sub = p.add_subparsers(dest="cmd")
     for name in ("serve", "start"):
-        s = sub.add_parser(name, help="run the local API in the foreground" if name == "serve"
-                           else "start the local API in the background and print its state")
+        s = sub.add_parser(
+            name,
+            help="run the local API in the foreground"
+            if name == "serve"
+            else "start the local API in the background and print its state",
+        )
         s.add_argument("--root", default=DEFAULT_ROOT)
         s.add_argument("--host", default="127.0.0.1", help="listen address (default loopback; others need a token)")
         s.add_argument("--port", type=int, default=0, help="0 picks a free port")
         s.add_argument("--token-file", help="file holding the bearer token (or set EDGEKIT_AGENT_TOKEN)")
         s.add_argument("--no-telemetry", action="store_true", help="do not record served requests")
         s.add_argument("--flush-interval", type=float, default=0.2, help="seconds between telemetry writes")
-        s.add_argument("--context-interval", type=float, default=30.0,
-                       help="seconds between device context samples (load, memory, temperature)")
+        s.add_argument(
+            "--context-interval",
+            type=float,
+            default=30.0,
+            help="seconds between device context samples (load, memory, temperature)",
+        )
         s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
     sv.add_argument("serve_args", nargs=argparse.REMAINDER)
@@ -45,7 +53,9 @@ def main(argv=None):
     b.add_argument("--threads", type=int)
     b.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--no-placement", action="store_true", help="skip the profiled run that counts nodes per accelerator")
+    b.add_argument(
+        "--no-placement", action="store_true", help="skip the profiled run that counts nodes per accelerator"
+    )
     sub.add_parser("version")
     args = p.parse_args(argv)
 
@@ -53,16 +63,25 @@ def main(argv=None):
         from . import runners
         from .bench import device_info
 
-        print(json.dumps({"agent_version": __version__, "api": API_VERSION, "device": device_info(),
-                          "runtimes": runners.runtimes()}))
+        print(
+            json.dumps(
+                {
+                    "agent_version": __version__,
+                    "api": API_VERSION,
+                    "device": device_info(),
+                    "runtimes": runners.runtimes(),
+                }
+            )
+        )
         return 0
     if args.cmd == "bench":
         from .bench import main_bench
         from .runners import RunnerError, RuntimeMissing
 
         try:
-            return main_bench(args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json,
-                              not args.no_placement)
+            return main_bench(
+                args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json, not args.no_placement
+            )
         except RuntimeMissing as e:
             sys.stderr.write("error: %s\n" % e)
             return 3
@@ -81,16 +100,32 @@ def main(argv=None):
         from .daemon import write_state
         from .server import make_server
 
-        server = make_server(args.root, args.host, args.port, _token(args), telemetry=not args.no_telemetry,
-                             warmup_on_load=args.warmup_on_load, flush_interval=args.flush_interval,
-                             context_interval=args.context_interval)
+        server = make_server(
+            args.root,
+            args.host,
+            args.port,
+            _token(args),
+            telemetry=not args.no_telemetry,
+            warmup_on_load=args.warmup_on_load,
+            flush_interval=args.flush_interval,
+            context_interval=args.context_interval,
+        )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
 
-        state = {"pid": os.getpid(), "host": host, "port": port, "version": __version__, "zip_sha256": own_zip_sha256(),
-                 "root": server.agent.store.root, "root_arg": args.root, "auth": bool(server.agent.token),
-                 "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
-                 "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0)}
+        state = {
+            "pid": os.getpid(),
+            "host": host,
+            "port": port,
+            "version": __version__,
+            "zip_sha256": own_zip_sha256(),
+            "root": server.agent.store.root,
+            "root_arg": args.root,
+            "auth": bool(server.agent.token),
+            "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
+            "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
+        }
+
         def on_term(signum, frame):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not break the clean-up
             raise KeyboardInterrupt()
@@ -117,8 +152,14 @@ def main(argv=None):
         from . import daemon
 
         if args.cmd == "start":
-            extra = ["--flush-interval", str(args.flush_interval), "--context-interval", str(args.context_interval),
-                     "--warmup-on-load", str(args.warmup_on_load)] + (["--no-telemetry"] if args.no_telemetry else [])
+            extra = [
+                "--flush-interval",
+                str(args.flush_interval),
+                "--context-interval",
+                str(args.context_interval),
+                "--warmup-on-load",
+                str(args.warmup_on_load),
+            ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:
             result = getattr(daemon, args.cmd)(args.root)

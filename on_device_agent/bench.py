@@ -29,8 +29,13 @@ def stats(values_ms):
     mean = sum(v) / n
     var = sum((x - mean) ** 2 for x in v) / (n - 1) if n > 1 else 0.0
     return {
-        "p50": percentile(v, 50), "p90": percentile(v, 90), "p99": percentile(v, 99),
-        "mean": mean, "min": v[0], "max": v[-1], "stdev": math.sqrt(var),
+        "p50": percentile(v, 50),
+        "p90": percentile(v, 90),
+        "p99": percentile(v, 99),
+        "mean": mean,
+        "min": v[0],
+        "max": v[-1],
+        "stdev": math.sqrt(var),
         "iqr": percentile(v, 75) - percentile(v, 25),
     }
 
@@ -84,8 +89,11 @@ def load_inputs(bundle_dir, manifest):
     feeds = {}
     for s in manifest["inputs"]:
         shape = [d if isinstance(d, int) else 1 for d in s["shape"]]
-        feeds[s["name"]] = rng.standard_normal(shape).astype(s["dtype"]) if s["dtype"].startswith("float") \
+        feeds[s["name"]] = (
+            rng.standard_normal(shape).astype(s["dtype"])
+            if s["dtype"].startswith("float")
             else rng.randint(0, 10, shape).astype(s["dtype"])
+        )
     return feeds, True
 
 
@@ -117,8 +125,13 @@ def compare_expected(bundle_dir, outputs, min_cosine=0.99):
             worst_abs = max(worst_abs, float(np.max(np.abs(got - want))) if got.size else 0.0)
     if worst_cos < min_cosine:
         problems.append("cosine %.6f to the build machine's outputs (< %s)" % (worst_cos, min_cosine))
-    return {"passed": not problems, "cosine": worst_cos, "max_abs": worst_abs, "min_cosine": min_cosine,
-            "detail": "; ".join(problems) or "matches the build machine's outputs"}
+    return {
+        "passed": not problems,
+        "cosine": worst_cos,
+        "max_abs": worst_abs,
+        "min_cosine": min_cosine,
+        "detail": "; ".join(problems) or "matches the build machine's outputs",
+    }
 
 
 def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
@@ -128,8 +141,10 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
 
     runner_cls = runners.get(manifest["backend"])
     if runner_cls.runtime_version() is None:
-        raise runners.RuntimeMissing("%s is not installed for this device's Python (%s): %s"
-                                     % (runner_cls.runtime, sys.executable, runner_cls.install_hint))
+        raise runners.RuntimeMissing(
+            "%s is not installed for this device's Python (%s): %s"
+            % (runner_cls.runtime, sys.executable, runner_cls.install_hint)
+        )
     runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
     feeds, synthetic = load_inputs(bundle_dir, manifest)
     rss_before = rss_mb()
@@ -170,7 +185,8 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
         report["device_fidelity"] = check
         if not check["passed"]:
             report["warnings"] = report.get("warnings", []) + [
-                "the device's outputs differ from the build machine's for the same model and input: " + check["detail"]]
+                "the device's outputs differ from the build machine's for the same model and input: " + check["detail"]
+            ]
     if placement:
         counts = runner.placement(feeds)
         if counts:
@@ -188,7 +204,19 @@ def main_bench(bundle_dir, runs, warmup, threads, providers, as_json, placement=
         print(json.dumps(report))
     else:
         lat = report["latency_ms"]
-        print("%s on %s (%s, %d threads): p50 %.3f ms, p90 %.3f, p99 %.3f, init %.1f ms, first %.2f ms, peak RSS %.1f MB"
-              % (report["name"], report["accelerator"], report["runtime_version"], report["threads"], lat["p50"],
-                 lat["p90"], lat["p99"], report["init_ms"], report["first_inference_ms"], report["peak_rss_mb"]))
+        print(
+            "%s on %s (%s, %d threads): p50 %.3f ms, p90 %.3f, p99 %.3f, init %.1f ms, first %.2f ms, peak RSS %.1f MB"
+            % (
+                report["name"],
+                report["accelerator"],
+                report["runtime_version"],
+                report["threads"],
+                lat["p50"],
+                lat["p90"],
+                lat["p99"],
+                report["init_ms"],
+                report["first_inference_ms"],
+                report["peak_rss_mb"],
+            )
+        )
     return 0

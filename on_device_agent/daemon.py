@@ -63,8 +63,9 @@ def _healthy(state, timeout=2.0):
     import http.client
 
     try:
-        conn = http.client.HTTPConnection("127.0.0.1" if state["host"] in ("0.0.0.0", "") else state["host"],
-                                          state["port"], timeout=timeout)
+        conn = http.client.HTTPConnection(
+            "127.0.0.1" if state["host"] in ("0.0.0.0", "") else state["host"], state["port"], timeout=timeout
+        )
         headers = {}
         if state.get("auth"):
             token = os.environ.get("EDGEKIT_AGENT_TOKEN")
@@ -144,9 +145,15 @@ def supervise(serve_cmd, root):
             return 0
         now = time.time()
         crashes = [t for t in crashes if now - t < CRASH_WINDOW] + [now]
-        sys.stderr.write("edgekit-agent: server exited with %s; %s\n" % (
-            code, "giving up after %d crashes in %d s" % (len(crashes), CRASH_WINDOW) if len(crashes) >= CRASH_LIMIT
-            else "starting it again"))
+        sys.stderr.write(
+            "edgekit-agent: server exited with %s; %s\n"
+            % (
+                code,
+                "giving up after %d crashes in %d s" % (len(crashes), CRASH_WINDOW)
+                if len(crashes) >= CRASH_LIMIT
+                else "starting it again",
+            )
+        )
         sys.stderr.flush()
         if len(crashes) >= CRASH_LIMIT:
             return 1
@@ -229,8 +236,9 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         os.makedirs(os.path.dirname(log))
     old = read_state(root)
     with open(log, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, close_fds=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, close_fds=True, start_new_session=True
+        )
     deadline = time.time() + timeout
     while time.time() < deadline:
         state = read_state(root)

@@ -3,23 +3,41 @@
 import threading
 import time
 
-LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                     5.0, 10.0)
+LATENCY_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 def _labels(names, values):
-    return ",".join('%s="%s"' % (n, str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
-                    for n, v in zip(names, values))
+    return ",".join(
+        '%s="%s"' % (n, str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+        for n, v in zip(names, values)
+    )
 
 
 class Metrics(object):
     def __init__(self):
         self.lock = threading.Lock()
         self.started = time.time()
-        self.latency = {}   # (model, version, backend, accelerator) -> [bucket counts..., sum, count]
-        self.queue = {}     # same key -> [bucket counts..., sum, count]
+        self.latency = {}  # (model, version, backend, accelerator) -> [bucket counts..., sum, count]
+        self.queue = {}  # same key -> [bucket counts..., sum, count]
         self.requests = {}  # (model, outcome) -> count
-        self.loads = {}     # (model, version) -> count
+        self.loads = {}  # (model, version) -> count
 
     @staticmethod
     def _observe(table, key, seconds):
@@ -60,11 +78,18 @@ class Metrics(object):
     def render(self, telemetry_stats=None, loaded=0):
         out = []
         with self.lock:
-            self._histogram(out, "edgekit_inference_duration_seconds",
-                            "Time the runtime took per request, measured by the agent.", self.latency)
-            self._histogram(out, "edgekit_queue_duration_seconds",
-                            "Time from request arrival to the start of inference (body, decoding, checks, waiting).",
-                            self.queue)
+            self._histogram(
+                out,
+                "edgekit_inference_duration_seconds",
+                "Time the runtime took per request, measured by the agent.",
+                self.latency,
+            )
+            self._histogram(
+                out,
+                "edgekit_queue_duration_seconds",
+                "Time from request arrival to the start of inference (body, decoding, checks, waiting).",
+                self.queue,
+            )
             out.append("# HELP edgekit_requests_total Inference requests by outcome.")
             out.append("# TYPE edgekit_requests_total counter")
             for (model, outcome), n in sorted(self.requests.items()):

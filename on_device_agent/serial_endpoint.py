@@ -55,8 +55,28 @@ MIN_RTO = 0.25
 MAX_RTO = 8.0
 MAX_RETRIES = 7
 
-(HELLO, BYE, BYE_OK, RUN, OUT, ERR, EXIT, PUT_OPEN, PUT_STATE, PUT_START, PUT_DATA, PUT_END, PUT_DONE,
- TCP_OPEN, TCP_OK, TCP_FAIL, TCP_DATA, TCP_FIN, FAIL, TCP_ACK) = range(1, 21)
+(
+    HELLO,
+    BYE,
+    BYE_OK,
+    RUN,
+    OUT,
+    ERR,
+    EXIT,
+    PUT_OPEN,
+    PUT_STATE,
+    PUT_START,
+    PUT_DATA,
+    PUT_END,
+    PUT_DONE,
+    TCP_OPEN,
+    TCP_OK,
+    TCP_FAIL,
+    TCP_DATA,
+    TCP_FIN,
+    FAIL,
+    TCP_ACK,
+) = range(1, 21)
 MORE = 0x80
 STREAM_WINDOW = 256 * 1024  # bytes of a TCP stream that may be sent and not yet written out on the other end
 STREAM_ACK_EVERY = 32 * 1024  # a TCP_ACK (u32: bytes written) after this many; must not exceed the window
@@ -116,7 +136,7 @@ class Decoder:
                     del self.buf[:]
                 break
             chunk = bytes(self.buf[:i])
-            del self.buf[:i + 1]
+            del self.buf[: i + 1]
             if not chunk:
                 continue
             frame = self._parse(chunk)
@@ -140,7 +160,7 @@ class Decoder:
             return None
         kind, seq = HEADER.unpack_from(body)
         self.frames += 1
-        return kind, seq, body[HEADER.size:]
+        return kind, seq, body[HEADER.size :]
 
     def _junk(self, data):
         self.junk += data
@@ -155,8 +175,19 @@ class Link:
     from the reader thread, in order, and must not block.
     """
 
-    def __init__(self, read, write, deliver, initial_rto=1.0, window=WINDOW, max_payload=MAX_PAYLOAD,
-                 lost_hint="", on_dead=None, interruptible=False, byte_time=0.0):
+    def __init__(
+        self,
+        read,
+        write,
+        deliver,
+        initial_rto=1.0,
+        window=WINDOW,
+        max_payload=MAX_PAYLOAD,
+        lost_hint="",
+        on_dead=None,
+        interruptible=False,
+        byte_time=0.0,
+    ):
         # byte_time: seconds a byte takes on the wire (10 / baud; 0 where unknown or unlimited). A frame's
         # resend timer and its round-trip sample leave out the wire time of the bytes queued up to it.
         self.byte_time = byte_time
@@ -183,8 +214,14 @@ class Link:
         self.decoder = Decoder(max_payload)
         self.interrupted = False
         self._busy_since = None
-        self.stats = {"frames_sent": 0, "frames_resent": 0, "naks_sent": 0, "naks_received": 0,
-                      "bytes_acked": 0, "busy_s": 0.0}
+        self.stats = {
+            "frames_sent": 0,
+            "frames_resent": 0,
+            "naks_sent": 0,
+            "naks_received": 0,
+            "bytes_acked": 0,
+            "busy_s": 0.0,
+        }
         self._thread = None
 
     # -- reader --------------------------------------------------------------
@@ -291,8 +328,9 @@ class Link:
                 self.rto = min(MAX_RTO, self.rto * 2)
                 self._resend()
         if dead:
-            self.kill("the device stopped answering (no acknowledgement after %d resends%s)"
-                      % (MAX_RETRIES, self.lost_hint))
+            self.kill(
+                "the device stopped answering (no acknowledgement after %d resends%s)" % (MAX_RETRIES, self.lost_hint)
+            )
 
     # -- sending -------------------------------------------------------------
     def _send_raw(self, frame):
@@ -400,12 +438,12 @@ class Mux:
             body = json.dumps(body).encode("utf-8")
         for i in range(0, max(len(body), 1), MAX_BODY):
             last = i + MAX_BODY >= len(body)
-            self.link.send(HEADER.pack(op if last else op | MORE, chan) + body[i:i + MAX_BODY])
+            self.link.send(HEADER.pack(op if last else op | MORE, chan) + body[i : i + MAX_BODY])
 
     def send_chunks(self, op, chan, data):
         """Bytes of a stream (command output, file data, TCP data) as independent messages."""
         for i in range(0, len(data), MAX_BODY):
-            self.link.send(HEADER.pack(op, chan) + data[i:i + MAX_BODY])
+            self.link.send(HEADER.pack(op, chan) + data[i : i + MAX_BODY])
 
     def _dispatch(self):
         while True:
@@ -413,7 +451,7 @@ class Mux:
             if payload is None:
                 return
             op, chan = HEADER.unpack_from(payload)
-            body = payload[HEADER.size:]
+            body = payload[HEADER.size :]
             if op & MORE:
                 self.partial.setdefault((op & ~MORE, chan), []).append(body)
                 continue
@@ -491,8 +529,9 @@ class Mux:
             if not overflow:
                 st.outbox.append(item)
                 if st.writer is None:
-                    st.writer = threading.Thread(target=self._write_out, args=(chan, st),
-                                                 name="serial-stream-%d-out" % chan)
+                    st.writer = threading.Thread(
+                        target=self._write_out, args=(chan, st), name="serial-stream-%d-out" % chan
+                    )
                     st.writer.daemon = True
                     st.writer.start()
                 st.cond.notify_all()
@@ -647,12 +686,20 @@ class Endpoint(Mux):
         argv = [str(a) for a in req["argv"]]
         try:
             try:
-                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     cwd=req.get("cwd") or None)
+                p = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=req.get("cwd") or None,
+                )
             except OSError as e:
                 rc = 127 if isinstance(e, FileNotFoundError) else 126
-                self.send_chunks(ERR, chan, ("%s: not found (%s)" % (argv[0], e) if rc == 127
-                                             else "%s: %s" % (argv[0], e)).encode("utf-8"))
+                self.send_chunks(
+                    ERR,
+                    chan,
+                    ("%s: not found (%s)" % (argv[0], e) if rc == 127 else "%s: %s" % (argv[0], e)).encode("utf-8"),
+                )
                 self.send(EXIT, chan, {"rc": rc})
                 return
             timed_out = False
@@ -685,8 +732,15 @@ class Endpoint(Mux):
                         have = 0
                     else:
                         digest = file_sha256(part, have)
-                self.puts[chan] = {"path": path, "part": part, "size": int(req["size"]), "sha256": req["sha256"],
-                                   "mode": req.get("mode"), "f": None, "error": None}
+                self.puts[chan] = {
+                    "path": path,
+                    "part": part,
+                    "size": int(req["size"]),
+                    "sha256": req["sha256"],
+                    "mode": req.get("mode"),
+                    "f": None,
+                    "error": None,
+                }
                 self.send(PUT_STATE, chan, {"have": have, "sha256": digest})
             elif st is None:
                 self.send(PUT_DONE, chan, {"error": "no upload open on channel %d" % chan})
@@ -723,8 +777,10 @@ class Endpoint(Mux):
             digest = file_sha256(st["part"])
             if size != st["size"] or digest != st["sha256"]:
                 os.remove(st["part"])
-                return {"error": "%s arrived with %d bytes, sha256 %s; expected %d bytes, sha256 %s"
-                        % (st["path"], size, digest[:16], st["size"], st["sha256"][:16])}
+                return {
+                    "error": "%s arrived with %d bytes, sha256 %s; expected %d bytes, sha256 %s"
+                    % (st["path"], size, digest[:16], st["size"], st["sha256"][:16])
+                }
             if st.get("mode"):
                 os.chmod(st["part"], int(st["mode"]) & 0o777)
             os.replace(st["part"], st["path"])
@@ -753,6 +809,7 @@ def fd_reader(fd, wait=0.1):
         if not data:
             raise EOFError("the console closed")
         return data
+
     return read
 
 
@@ -762,6 +819,7 @@ def fd_writer(fd):
         while view:
             n = os.write(fd, view)
             view = view[n:]
+
     return write
 
 
@@ -783,14 +841,29 @@ def main():
     except (IndexError, ValueError):
         rto, byte_time = 1.0, 0.0
     ep = Endpoint()
-    link = Link(fd_reader(fd_in), fd_writer(fd_out), None, initial_rto=rto, on_dead=lambda reason: ep.done.set(),
-                interruptible=True, byte_time=byte_time)
+    link = Link(
+        fd_reader(fd_in),
+        fd_writer(fd_out),
+        None,
+        initial_rto=rto,
+        on_dead=lambda reason: ep.done.set(),
+        interruptible=True,
+        byte_time=byte_time,
+    )
     ep.attach(link)
     link.start()
     status = 0
     try:
-        ep.send(HELLO, 0, {"protocol": PROTOCOL, "pid": os.getpid(), "python": "%d.%d.%d" % sys.version_info[:3],
-                           "executable": sys.executable})
+        ep.send(
+            HELLO,
+            0,
+            {
+                "protocol": PROTOCOL,
+                "pid": os.getpid(),
+                "python": "%d.%d.%d" % sys.version_info[:3],
+                "executable": sys.executable,
+            },
+        )
         ep.done.wait()
     except LinkDead:
         status = 1

@@ -8,13 +8,13 @@ request can bring the server down.
 
 import hmac
 import json
-from http import HTTPStatus
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+from http import HTTPStatus
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,8 +66,7 @@ class LoadedModel(object):
 class Agent(object):
     """State shared by all request threads."""
 
-    def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2,
-                 context_interval=30.0):
+    def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2, context_interval=30.0):
         self.store = Store(root)
         self.token = token
         self.loaded = {}
@@ -76,8 +75,9 @@ class Agent(object):
         self.started = time.time()
         self.warmup_on_load = warmup_on_load
         self.metrics = Metrics()
-        self.recorder = Recorder(root, flush_interval=flush_interval, context_interval=context_interval) \
-            if telemetry else None
+        self.recorder = (
+            Recorder(root, flush_interval=flush_interval, context_interval=context_interval) if telemetry else None
+        )
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
 
     def _load_lock(self, name):
@@ -149,8 +149,9 @@ class Agent(object):
         label = name if (model is not None or name in self.loaded or outcome != "unknown_model") else "(unknown)"
         self.metrics.request(label, version, backend, accelerator, outcome, infer_ms, queue_ms)
         if self.recorder:
-            return self.recorder.record(name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome,
-                                        error, pre_ms)
+            return self.recorder.record(
+                name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error, pre_ms
+            )
         return None
 
     def get_loaded(self, name):
@@ -174,6 +175,7 @@ def route(method, pattern):
     def deco(fn):
         ROUTES.append((method, re.compile("^" + pattern + "$"), fn))
         return fn
+
     return deco
 
 
@@ -228,7 +230,9 @@ class Handler(BaseHTTPRequestHandler):
             return False
         self.headers = headers
         connection = headers.get("Connection", "").lower()
-        self.close_connection = connection == "close" or (self.request_version == "HTTP/1.0" and connection != "keep-alive")
+        self.close_connection = connection == "close" or (
+            self.request_version == "HTTP/1.0" and connection != "keep-alive"
+        )
         if self.path.startswith("//"):
             self.path = "/" + self.path.lstrip("/")
         if headers.get("Expect", "").lower() == "100-continue":
@@ -244,8 +248,13 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             reason = ""
         head = "HTTP/1.1 %d %s\r\nServer: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
-            status, reason, self.server_version, content_type, len(body),
-            "Connection: close\r\n" if self.close_connection else "")
+            status,
+            reason,
+            self.server_version,
+            content_type,
+            len(body),
+            "Connection: close\r\n" if self.close_connection else "",
+        )
         self.wfile.write(head.encode("latin-1") + body)
 
     def _length(self):
@@ -334,9 +343,16 @@ class Handler(BaseHTTPRequestHandler):
 def health(h):
     a = h.agent
     return {
-        "status": "ok", "agent_version": __version__, "api": API_VERSION, "pid": os.getpid(),
-        "uptime_s": round(time.time() - a.started, 3), "root": a.store.root, "auth": bool(a.token),
-        "device": device_info(), "runtimes": runners.runtimes(), "models": a.store.names(),
+        "status": "ok",
+        "agent_version": __version__,
+        "api": API_VERSION,
+        "pid": os.getpid(),
+        "uptime_s": round(time.time() - a.started, 3),
+        "root": a.store.root,
+        "auth": bool(a.token),
+        "device": device_info(),
+        "runtimes": runners.runtimes(),
+        "models": a.store.names(),
         "telemetry": a.recorder.stats() if a.recorder else {"ok": False, "error": "disabled (--no-telemetry)"},
     }
 
@@ -362,12 +378,19 @@ def list_models(h):
     for name in a.store.names():
         version, _, manifest = a.store.current(name)
         loaded = a.loaded.get(name)
-        out.append({
-            "name": name, "version": version, "versions": a.store.versions(name),
-            "backend": manifest.get("backend"), "precision": manifest.get("precision"),
-            "profile": manifest.get("profile"), "inputs": manifest.get("inputs"), "outputs": manifest.get("outputs"),
-            "loaded": bool(loaded and loaded.version == version),
-        })
+        out.append(
+            {
+                "name": name,
+                "version": version,
+                "versions": a.store.versions(name),
+                "backend": manifest.get("backend"),
+                "precision": manifest.get("precision"),
+                "profile": manifest.get("profile"),
+                "inputs": manifest.get("inputs"),
+                "outputs": manifest.get("outputs"),
+                "loaded": bool(loaded and loaded.version == version),
+            }
+        )
     return {"models": out}
 
 
@@ -376,8 +399,7 @@ def load_model(h, name):
     body = h.json_body()
     model = h.agent.load(name, threads=body.get("threads"), providers=body.get("providers"), warmup=body.get("warmup"))
     info = model.runner.describe()
-    info.update({"name": name, "version": model.version, "load_ms": model.runner.load_ms,
-                 "warmup_ms": model.warmup_ms})
+    info.update({"name": name, "version": model.version, "load_ms": model.runner.load_ms, "warmup_ms": model.warmup_ms})
     return info
 
 
@@ -413,8 +435,14 @@ OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtim
 
 @route("POST", "/v1/models/([^/]+)/infer")
 def infer(h, name):
-    from edgekit_sdk.wire import CONTENT_TYPE, WireError, decode_tensors, encode_tensors, tensors_from_json, \
-        tensors_to_json
+    from edgekit_sdk.wire import (
+        CONTENT_TYPE,
+        WireError,
+        decode_tensors,
+        encode_tensors,
+        tensors_from_json,
+        tensors_to_json,
+    )
 
     t_arrive = time.perf_counter()
     binary = h.headers.get("Content-Type", "").startswith(CONTENT_TYPE)
@@ -443,8 +471,7 @@ def infer(h, name):
     infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
     shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())
     rid = h.agent.record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
-    meta = {"model": name, "version": model.version, "inference_ms": infer_ms, "queue_ms": queue_ms,
-            "request_id": rid}
+    meta = {"model": name, "version": model.version, "inference_ms": infer_ms, "queue_ms": queue_ms, "request_id": rid}
     if binary:
         h._send(200, encode_tensors(outputs, meta), CONTENT_TYPE)
         return None
@@ -564,12 +591,18 @@ def _verify_loads(staging, manifest):
     try:
         report = one_shot_bench(staging, 1, 0, placement=False, timeout=300)
     except HTTPError as e:
-        raise StoreError("version %s does not run on this device (%s); it was not installed and the model keeps "
-                         "serving what it served before" % (manifest.get("id"), e), 422)
+        raise StoreError(
+            "version %s does not run on this device (%s); it was not installed and the model keeps "
+            "serving what it served before" % (manifest.get("id"), e),
+            422,
+        )
     check = report.get("device_fidelity") or {}
     if check.get("passed") is False:
-        raise StoreError("version %s runs on this device but its outputs differ from the reference outputs the "
-                         "build recorded (%s); it was not installed" % (manifest.get("id"), check.get("detail")), 422)
+        raise StoreError(
+            "version %s runs on this device but its outputs differ from the reference outputs the "
+            "build recorded (%s); it was not installed" % (manifest.get("id"), check.get("detail")),
+            422,
+        )
 
 
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
@@ -599,9 +632,13 @@ def _query(h):
 
     q = parse_qs(h.path.partition("?")[2])
     try:
-        return (int(q.get("after_id", ["0"])[0]), int(q.get("after_event", ["0"])[0]),
-                float(q.get("after_context", ["0"])[0]), int(q.get("limit", ["5000"])[0]),
-                int(q.get("after_annotation", ["0"])[0]))
+        return (
+            int(q.get("after_id", ["0"])[0]),
+            int(q.get("after_event", ["0"])[0]),
+            float(q.get("after_context", ["0"])[0]),
+            int(q.get("limit", ["5000"])[0]),
+            int(q.get("after_annotation", ["0"])[0]),
+        )
     except ValueError:
         raise HTTPError(400, "after_id, after_event, after_annotation and limit are integers; after_context a number")
 
@@ -650,9 +687,10 @@ class AgentServer(ThreadingHTTPServer):
 
 def make_server(root, host="127.0.0.1", port=0, token=None, **agent_options):
     if host not in LOOPBACK and not token:
-        raise SystemExit("refusing to listen on %s without a token: pass --token-file FILE (or set "
-                         "EDGEKIT_AGENT_TOKEN), or listen on 127.0.0.1 and reach the agent through SSH/ADB forwarding"
-                         % host)
+        raise SystemExit(
+            "refusing to listen on %s without a token: pass --token-file FILE (or set "
+            "EDGEKIT_AGENT_TOKEN), or listen on 127.0.0.1 and reach the agent through SSH/ADB forwarding" % host
+        )
     if ":" in host:
         import socket
 

@@ -137,8 +137,13 @@ class Store(object):
                 if _regular(part) and 0 < os.path.getsize(part) < entry["size"]:
                     partial[entry["name"]] = os.path.getsize(part)
                     partial_sha[entry["name"]] = sha256_file(part)
-            return {"installed": False, "missing": missing, "partial": partial, "partial_sha256": partial_sha,
-                    "reused": reused}
+            return {
+                "installed": False,
+                "missing": missing,
+                "partial": partial,
+                "partial_sha256": partial_sha,
+                "reused": reused,
+            }
 
     def _installed_files(self, exclude):
         """``{(sha256, size): path}`` of every file in installed versions (manifests say their hashes)."""
@@ -204,15 +209,20 @@ class Store(object):
         if entry is None:
             raise StoreError("file %r is not in the manifest of %s %s" % (filename, name, version), 404)
         if offset < 0 or offset + length != entry["size"]:
-            raise StoreError("file %r: %d bytes sent from offset %d, manifest says %d in all"
-                             % (filename, length, offset, entry["size"]))
+            raise StoreError(
+                "file %r: %d bytes sent from offset %d, manifest says %d in all"
+                % (filename, length, offset, entry["size"])
+            )
         part = os.path.join(staging, filename + ".part")
         h = hashlib.sha256()
         if offset:
             have = os.path.getsize(part) if os.path.isfile(part) else 0
             if have != offset:
-                raise StoreError("file %r: cannot resume at byte %d, the device has %d; begin the upload again"
-                                 % (filename, offset, have), 409)
+                raise StoreError(
+                    "file %r: cannot resume at byte %d, the device has %d; begin the upload again"
+                    % (filename, offset, have),
+                    409,
+                )
             with open(part, "rb") as f:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     h.update(block)
@@ -230,12 +240,17 @@ class Store(object):
                 out.flush()
                 os.fsync(out.fileno())  # what arrived survives a power cut, for the resume
         if remaining:
-            raise StoreError("file %r: connection closed after %d of %d bytes; the next upload resumes there"
-                             % (filename, entry["size"] - remaining, entry["size"]))
+            raise StoreError(
+                "file %r: connection closed after %d of %d bytes; the next upload resumes there"
+                % (filename, entry["size"] - remaining, entry["size"])
+            )
         if h.hexdigest() != entry["sha256"]:
             os.unlink(part)
-            raise StoreError("file %r: sha256 %s does not match the manifest's %s; the file was altered or corrupted "
-                             "in transit and was discarded" % (filename, h.hexdigest(), entry["sha256"]), 422)
+            raise StoreError(
+                "file %r: sha256 %s does not match the manifest's %s; the file was altered or corrupted "
+                "in transit and was discarded" % (filename, h.hexdigest(), entry["sha256"]),
+                422,
+            )
         os.replace(part, os.path.join(staging, filename))
         fsync_dir(staging)
         return {"file": filename, "verified": True, "resumed_at": offset}
@@ -252,9 +267,13 @@ class Store(object):
                 for entry in manifest["files"]:
                     p = os.path.join(staging, entry["name"])
                     if not os.path.isfile(p):
-                        raise StoreError("cannot commit %s %s: %s was never received" % (name, version, entry["name"]), 409)
+                        raise StoreError(
+                            "cannot commit %s %s: %s was never received" % (name, version, entry["name"]), 409
+                        )
                     if sha256_file(p) != entry["sha256"]:
-                        raise StoreError("cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422)
+                        raise StoreError(
+                            "cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422
+                        )
                 if verify is not None:
                     verify(staging, manifest)
                 if not os.path.isdir(os.path.dirname(final)):
@@ -333,7 +352,9 @@ class Store(object):
         return {"name": name, "removed": True}
 
     def names(self):
-        return sorted(n for n in os.listdir(self.models_dir) if os.path.islink(os.path.join(self.models_dir, n, "current")))
+        return sorted(
+            n for n in os.listdir(self.models_dir) if os.path.islink(os.path.join(self.models_dir, n, "current"))
+        )
 
     def versions(self, name):
         d = os.path.join(self._model_dir(name), "versions")
@@ -348,8 +369,11 @@ class Store(object):
             available = set(self.versions(name))
             if version is not None:
                 if version not in available:
-                    raise StoreError("model %r has no version %r on this device (kept: %s)"
-                                     % (name, version, ", ".join(sorted(available))), 404)
+                    raise StoreError(
+                        "model %r has no version %r on this device (kept: %s)"
+                        % (name, version, ", ".join(sorted(available))),
+                        404,
+                    )
                 if version == current:
                     return {"name": name, "version": version, "previous": current, "unchanged": True}
                 self._point_current(name, version, "rollback")

@@ -24,8 +24,21 @@ import time
 import uuid
 
 SCHEMA_VERSION = 1
-COLUMNS = ("id", "ts", "model", "version", "backend", "accelerator", "shape", "queue_ms", "infer_ms", "pre_ms",
-           "post_ms", "outcome", "error")
+COLUMNS = (
+    "id",
+    "ts",
+    "model",
+    "version",
+    "backend",
+    "accelerator",
+    "shape",
+    "queue_ms",
+    "infer_ms",
+    "pre_ms",
+    "post_ms",
+    "outcome",
+    "error",
+)
 CONTEXT_COLUMNS = ("ts", "load1", "mem_available_mb", "temp_c")
 EVENT_COLUMNS = ("id", "ts", "kind", "model", "version", "detail")
 # Log-scale histogram buckets: 4 per doubling from 10 us (about 19 % wide), HDR-style.
@@ -47,8 +60,8 @@ CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, ts REAL, kind TEXT, mo
 CREATE TABLE IF NOT EXISTS annotations(id INTEGER PRIMARY KEY, request_id INTEGER, pre_ms REAL, post_ms REAL);
 """
 ANNOTATION_COLUMNS = ("id", "request_id", "pre_ms", "post_ms")
-MAX_QUEUE = 200000     # records waiting for the writer; beyond this they are counted as dropped
-MAX_ID = 2 ** 63 - 1
+MAX_QUEUE = 200000  # records waiting for the writer; beyond this they are counted as dropped
+MAX_ID = 2**63 - 1
 
 
 class TelemetryError(Exception):
@@ -98,8 +111,9 @@ def device_context():
 
 
 class Recorder(object):
-    def __init__(self, root, flush_interval=0.2, max_rows=1000000, max_age_days=30.0, minute_days=90.0,
-                 context_interval=30.0):
+    def __init__(
+        self, root, flush_interval=0.2, max_rows=1000000, max_age_days=30.0, minute_days=90.0, context_interval=30.0
+    ):
         self.dir = os.path.join(os.path.abspath(os.path.expanduser(root)), "telemetry")
         self.path = os.path.join(self.dir, "records.db")
         self.flush_interval = flush_interval
@@ -124,9 +138,11 @@ class Recorder(object):
             self._db = self._open()
         except sqlite3.DatabaseError as e:
             self._db = None
-            self.error = ("telemetry store %s is unreadable (%s). It was left as it is; the agent serves inferences "
-                          "without recording them. Move the file aside (or restore it) and restart the agent to "
-                          "record again." % (self.path, e))
+            self.error = (
+                "telemetry store %s is unreadable (%s). It was left as it is; the agent serves inferences "
+                "without recording them. Move the file aside (or restore it) and restart the agent to "
+                "record again." % (self.path, e)
+            )
             self._ids = itertools.count(1)
             return
         self._ids = itertools.count(self._next_id("requests"))
@@ -172,16 +188,43 @@ class Recorder(object):
             raise TelemetryError(self.error)
 
     # -- request path ------------------------------------------------------------
-    def record(self, model, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error=None,
-               pre_ms=None, post_ms=None):
+    def record(
+        self,
+        model,
+        version,
+        backend,
+        accelerator,
+        shape,
+        queue_ms,
+        infer_ms,
+        outcome,
+        error=None,
+        pre_ms=None,
+        post_ms=None,
+    ):
         """Queue one request's record; returns its id (for a later ``annotate``). Costs an append."""
         if self._db is None or self.error or len(self.queue) >= MAX_QUEUE:
             self.dropped += 1
             return None
         with self._queue_lock:  # ids reach the queue in order, so a pull never skips a lower id
             rid = next(self._ids)
-            self.queue.append((rid, time.time(), model, version, backend, accelerator, shape, queue_ms, infer_ms,
-                               pre_ms, post_ms, outcome, error))
+            self.queue.append(
+                (
+                    rid,
+                    time.time(),
+                    model,
+                    version,
+                    backend,
+                    accelerator,
+                    shape,
+                    queue_ms,
+                    infer_ms,
+                    pre_ms,
+                    post_ms,
+                    outcome,
+                    error,
+                )
+            )
         return rid
 
     def annotate(self, rid, pre_ms=None, post_ms=None):
@@ -196,13 +239,21 @@ class Recorder(object):
         """Loads, installs, rollbacks: marks on the timeline."""
         if self._db is not None:
             with self._queue_lock:
-                self.events.append((next(self._event_ids), time.time(), kind, model, version,
-                                    json.dumps(detail) if detail is not None else None))
+                self.events.append(
+                    (
+                        next(self._event_ids),
+                        time.time(),
+                        kind,
+                        model,
+                        version,
+                        json.dumps(detail) if detail is not None else None,
+                    )
+                )
 
     # -- writer ------------------------------------------------------------------
     def _loop(self):
         failures = 0
-        while not self._stop.wait(min(self.flush_interval * (2 ** failures), 30.0)):
+        while not self._stop.wait(min(self.flush_interval * (2**failures), 30.0)):
             try:
                 self.flush()
                 failures = 0
@@ -245,16 +296,20 @@ class Recorder(object):
                     self._aggregate(db, rows)
                 for aid, rid, pre, post in notes:
                     db.execute("INSERT OR IGNORE INTO annotations VALUES (?,?,?,?)", (aid, rid, pre, post))
-                    db.execute("UPDATE requests SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) "
-                               "WHERE id=?", (pre, post, rid))
+                    db.execute(
+                        "UPDATE requests SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) WHERE id=?",
+                        (pre, post, rid),
+                    )
                 if events:
                     db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?)", events)
                 if ctx:
                     db.execute("INSERT OR REPLACE INTO context VALUES (?,?,?,?)", ctx)
                 for table, batch in (("requests", rows), ("events", events), ("annotations", notes)):
                     if batch:
-                        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                   ("last_id_" + table, str(max(r[0] for r in batch))))
+                        db.execute(
+                            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                            ("last_id_" + table, str(max(r[0] for r in batch))),
+                        )
                 if now - self._last_prune > 60:
                     self._last_prune = now
                     self._prune(db, now)
@@ -283,15 +338,20 @@ class Recorder(object):
                 b = str(bucket_of(r[8]))
                 g[2][b] = g[2].get(b, 0) + 1
         for key, (count, total, buckets) in groups.items():
-            old = db.execute("SELECT count, sum_ms, buckets FROM minutes WHERE minute=? AND model IS ? AND version IS ? "
-                             "AND backend IS ? AND accelerator IS ? AND outcome IS ?", key).fetchone()
+            old = db.execute(
+                "SELECT count, sum_ms, buckets FROM minutes WHERE minute=? AND model IS ? AND version IS ? "
+                "AND backend IS ? AND accelerator IS ? AND outcome IS ?",
+                key,
+            ).fetchone()
             if old:
                 merged = json.loads(old[2])
                 for b, n in buckets.items():
                     merged[b] = merged.get(b, 0) + n
-                db.execute("UPDATE minutes SET count=?, sum_ms=?, buckets=? WHERE minute=? AND model IS ? AND "
-                           "version IS ? AND backend IS ? AND accelerator IS ? AND outcome IS ?",
-                           (old[0] + count, old[1] + total, json.dumps(merged)) + key)
+                db.execute(
+                    "UPDATE minutes SET count=?, sum_ms=?, buckets=? WHERE minute=? AND model IS ? AND "
+                    "version IS ? AND backend IS ? AND accelerator IS ? AND outcome IS ?",
+                    (old[0] + count, old[1] + total, json.dumps(merged)) + key,
+                )
             else:
                 db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
 
@@ -314,29 +374,46 @@ class Recorder(object):
         self.flush()
         limit = max(1, min(int(limit), 50000))
         with self._flush_lock:
-            rows = self._db.execute("SELECT * FROM requests WHERE id > ? ORDER BY id LIMIT ?",
-                                    (after_id, limit + 1)).fetchall()
-            events = self._db.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?",
-                                      (after_event, limit)).fetchall()
-            ctx = self._db.execute("SELECT * FROM context WHERE ts > ? ORDER BY ts LIMIT ?",
-                                   (after_context, limit)).fetchall()
-            notes = self._db.execute("SELECT * FROM annotations WHERE id > ? ORDER BY id LIMIT ?",
-                                     (after_annotation, limit)).fetchall()
+            rows = self._db.execute(
+                "SELECT * FROM requests WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit + 1)
+            ).fetchall()
+            events = self._db.execute(
+                "SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?", (after_event, limit)
+            ).fetchall()
+            ctx = self._db.execute(
+                "SELECT * FROM context WHERE ts > ? ORDER BY ts LIMIT ?", (after_context, limit)
+            ).fetchall()
+            notes = self._db.execute(
+                "SELECT * FROM annotations WHERE id > ? ORDER BY id LIMIT ?", (after_annotation, limit)
+            ).fetchall()
             oldest = self._db.execute("SELECT MIN(id) FROM requests").fetchone()[0]
         more = len(rows) > limit or len(events) == limit or len(ctx) == limit or len(notes) == limit
         rows = rows[:limit]
         return {
-            "store_id": self.store_id, "columns": list(COLUMNS), "records": [list(r) for r in rows],
-            "event_columns": list(EVENT_COLUMNS), "events": [list(e) for e in events],
-            "context_columns": list(CONTEXT_COLUMNS), "context": [list(c) for c in ctx],
-            "annotation_columns": list(ANNOTATION_COLUMNS), "annotations": [list(a) for a in notes],
-            "oldest_id": oldest, "more": more,
+            "store_id": self.store_id,
+            "columns": list(COLUMNS),
+            "records": [list(r) for r in rows],
+            "event_columns": list(EVENT_COLUMNS),
+            "events": [list(e) for e in events],
+            "context_columns": list(CONTEXT_COLUMNS),
+            "context": [list(c) for c in ctx],
+            "annotation_columns": list(ANNOTATION_COLUMNS),
+            "annotations": [list(a) for a in notes],
+            "oldest_id": oldest,
+            "more": more,
         }
 
     def stats(self):
-        return {"store_id": self.store_id, "path": self.path, "ok": self.error is None, "error": self.error,
-                "queued": len(self.queue), "persisted": self.persisted, "dropped": self.dropped,
-                "flush_interval_s": self.flush_interval}
+        return {
+            "store_id": self.store_id,
+            "path": self.path,
+            "ok": self.error is None,
+            "error": self.error,
+            "queued": len(self.queue),
+            "persisted": self.persisted,
+            "dropped": self.dropped,
+            "flush_interval_s": self.flush_interval,
+        }
 
     def close(self):
         self._stop.set()

@@ -87,7 +87,7 @@ class Stream:
             if self.closed:
                 raise Closed()
             self.acked.clear()
-            self.conn.send(WRTE, self.local_id, self.remote_id, bytes(view[i:i + self.conn.max_payload]))
+            self.conn.send(WRTE, self.local_id, self.remote_id, bytes(view[i : i + self.conn.max_payload]))
             self.acked.wait()
             if self.closed:
                 raise Closed()
@@ -163,8 +163,9 @@ class Connection:
             stream = Stream(self, local_id, arg0)
             self.streams[local_id] = stream
             service = data.rstrip(b"\0").decode("utf-8", "replace")
-            threading.Thread(target=self.daemon.run_service, args=(stream, service), daemon=True,
-                             name="adbd-" + service[:20]).start()
+            threading.Thread(
+                target=self.daemon.run_service, args=(stream, service), daemon=True, name="adbd-" + service[:20]
+            ).start()
         elif cmd == OKAY:
             stream = self.streams.get(arg1)
             if stream:
@@ -228,8 +229,9 @@ class Daemon:
     @staticmethod
     def _spawn(command, stderr):
         argv = ["/bin/sh", "-c", command] if command else ["/bin/sh"]
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd="/",
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd="/", start_new_session=True
+        )
 
     @staticmethod
     def _kill(proc):
@@ -302,7 +304,9 @@ class Daemon:
                 self._kill(proc)
 
         threading.Thread(target=feed_stdin, daemon=True).start()
-        pumps = [threading.Thread(target=pump, args=(f, k), daemon=True) for f, k in ((proc.stdout, 1), (proc.stderr, 2))]
+        pumps = [
+            threading.Thread(target=pump, args=(f, k), daemon=True) for f, k in ((proc.stdout, 1), (proc.stderr, 2))
+        ]
         for t in pumps:
             t.start()
         for t in pumps:
@@ -319,9 +323,15 @@ class Daemon:
             if ident == b"QUIT":
                 return
             path = stream.read_exact(length).decode("utf-8", "surrogateescape")
-            handler = {b"STAT": self.sync_stat_v1, b"STA2": self.sync_stat_v2, b"LST2": self.sync_stat_v2,
-                       b"LIST": self.sync_list, b"LIS2": self.sync_list, b"SEND": self.sync_send,
-                       b"RECV": self.sync_recv}.get(ident)
+            handler = {
+                b"STAT": self.sync_stat_v1,
+                b"STA2": self.sync_stat_v2,
+                b"LST2": self.sync_stat_v2,
+                b"LIST": self.sync_list,
+                b"LIS2": self.sync_list,
+                b"SEND": self.sync_send,
+                b"RECV": self.sync_recv,
+            }.get(ident)
             if handler is None:
                 self.sync_fail(stream, "unknown sync command {!r}".format(ident))
                 return
@@ -337,8 +347,21 @@ class Daemon:
     def _stat2(ident, st, error=0):
         if st is None:
             return struct.pack("<4sIQQIIIIQqqq", ident, error, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        return struct.pack("<4sIQQIIIIQqqq", ident, 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid,
-                           st.st_gid, st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime))
+        return struct.pack(
+            "<4sIQQIIIIQqqq",
+            ident,
+            0,
+            st.st_dev,
+            st.st_ino,
+            st.st_mode,
+            st.st_nlink,
+            st.st_uid,
+            st.st_gid,
+            st.st_size,
+            int(st.st_atime),
+            int(st.st_mtime),
+            int(st.st_ctime),
+        )
 
     def sync_stat_v1(self, stream, ident, path):
         try:

@@ -59,8 +59,9 @@ def _run(cmd, what, timeout=1800, **kw):
 
 
 def _emulated(root, *args, timeout=300):
-    return subprocess.run([QEMU, "-L", str(root), str(root / "usr/bin/python3"), *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [QEMU, "-L", str(root), str(root / "usr/bin/python3"), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def ensure_rootfs(log=None):
@@ -92,8 +93,17 @@ def ensure_rootfs(log=None):
 
 def _build(work, log):
     log(f"mmdebstrap {SUITE} arm64 ({', '.join(PACKAGES)}) -> {work}")
-    _run(["mmdebstrap", "--variant=extract", "--architectures=arm64", "--include=" + ",".join(PACKAGES), SUITE,
-          str(work)], "mmdebstrap (needs a reachable Debian mirror)")
+    _run(
+        [
+            "mmdebstrap",
+            "--variant=extract",
+            "--architectures=arm64",
+            "--include=" + ",".join(PACKAGES),
+            SUITE,
+            str(work),
+        ],
+        "mmdebstrap (needs a reachable Debian mirror)",
+    )
     libdir = work / "usr/lib/aarch64-linux-gnu"
     for lib in ("blas/libblas.so.3", "lapack/liblapack.so.3"):
         if (libdir / lib).exists() and not (libdir / Path(lib).name).exists():
@@ -105,9 +115,24 @@ def _build(work, log):
     wheels = work.parent / (work.name + "-wheels")
     shutil.rmtree(wheels, ignore_errors=True)
     log(f"pip download onnxruntime for manylinux2014_aarch64, Python {pyver}")
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--platform",
-          "manylinux2014_aarch64", "--python-version", pyver, "-d", str(wheels), "onnxruntime"],
-         "pip download of the aarch64 onnxruntime wheel (needs PyPI)")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux2014_aarch64",
+            "--python-version",
+            pyver,
+            "-d",
+            str(wheels),
+            "onnxruntime",
+        ],
+        "pip download of the aarch64 onnxruntime wheel (needs PyPI)",
+    )
     try:
         wheel = next(wheels.glob("onnxruntime-*.whl"))
         site = work / f"usr/local/lib/python{pyver}/dist-packages"
@@ -120,8 +145,14 @@ def _build(work, log):
     if p.returncode != 0:
         raise RootfsUnavailable(f"onnxruntime does not import in the arm64 rootfs: {p.stderr.strip()[-800:]}")
     machine, ort_version = p.stdout.split()
-    info = {"suite": SUITE, "python": pyver, "numpy": numpy_version, "onnxruntime": ort_version, "machine": machine,
-            "wheel": wheel.name}
+    info = {
+        "suite": SUITE,
+        "python": pyver,
+        "numpy": numpy_version,
+        "onnxruntime": ort_version,
+        "machine": machine,
+        "wheel": wheel.name,
+    }
     (work / MARKER).write_text(json.dumps(info) + "\n")
     log(f"arm64 rootfs ready: {info}")
     return info

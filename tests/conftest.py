@@ -100,8 +100,11 @@ def no_agent_outlives_the_suite(tmp_path_factory):
                 parts = f.read().decode(errors="replace").split("\x00")
         except OSError:
             continue
-        if ("serve" in parts or "supervise" in parts) and any("edgekit-agent" in p for p in parts) \
-                and any(base in p for p in parts):
+        if (
+            ("serve" in parts or "supervise" in parts)
+            and any("edgekit-agent" in p for p in parts)
+            and any(base in p for p in parts)
+        ):
             try:
                 os.kill(int(pid), signal.SIGTERM)
             except OSError:
@@ -131,8 +134,9 @@ def run_cli(*args, check=None, env=None):
     """Run the real `edgekit` command in a subprocess."""
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run([sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, env=e,
-                       timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, env=e, timeout=600
+    )
     if check is not None:
         assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p

@@ -93,10 +93,14 @@ def _train(seed, epochs, batch, lr):
     rng = np.random.default_rng(seed)
     c1, c2, c3 = CHANNELS
     p = {
-        "w1": rng.standard_normal((c1, 1, 3, 3)) * np.sqrt(2 / 9), "b1": np.zeros(c1),
-        "w2": rng.standard_normal((c2, c1, 3, 3)) * np.sqrt(2 / (9 * c1)) * 0.5, "b2": np.zeros(c2),
-        "w3": rng.standard_normal((c3, c2, 3, 3)) * np.sqrt(2 / (9 * c2)), "b3": np.zeros(c3),
-        "wf": rng.standard_normal((10, c3)) * np.sqrt(1 / c3), "bf": np.zeros(10),
+        "w1": rng.standard_normal((c1, 1, 3, 3)) * np.sqrt(2 / 9),
+        "b1": np.zeros(c1),
+        "w2": rng.standard_normal((c2, c1, 3, 3)) * np.sqrt(2 / (9 * c1)) * 0.5,
+        "b2": np.zeros(c2),
+        "w3": rng.standard_normal((c3, c2, 3, 3)) * np.sqrt(2 / (9 * c2)),
+        "b3": np.zeros(c3),
+        "wf": rng.standard_normal((10, c3)) * np.sqrt(1 / c3),
+        "bf": np.zeros(10),
     }
     p = {k: v.astype(np.float32) for k, v in p.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
@@ -105,7 +109,7 @@ def _train(seed, epochs, batch, lr):
     for _ in range(epochs):
         order = rng.permutation(len(xtr))
         for i in range(0, len(order), batch):
-            idx = order[i:i + batch]
+            idx = order[i : i + batch]
             z, c = _forward(p, xtr[idx])
             e = np.exp(z - z.max(1, keepdims=True))
             prob = e / e.sum(1, keepdims=True)
@@ -123,7 +127,7 @@ def _train(seed, epochs, batch, lr):
             for k in p:
                 m[k] = 0.9 * m[k] + 0.1 * g[k]
                 v2[k] = 0.999 * v2[k] + 0.001 * g[k] ** 2
-                p[k] = (p[k] - lr * (m[k] / (1 - 0.9 ** t)) / (np.sqrt(v2[k] / (1 - 0.999 ** t)) + 1e-8)).astype(np.float32)
+                p[k] = (p[k] - lr * (m[k] / (1 - 0.9**t)) / (np.sqrt(v2[k] / (1 - 0.999**t)) + 1e-8)).astype(np.float32)
     z, _ = _forward(p, xte)
     return p, float(np.mean(z.argmax(1) == yte) * 100)
 
@@ -140,12 +144,31 @@ def export(p, path, stats_x):
     def conv_bn(x, i, act):
         w, b, a = p[f"w{i}"], p[f"b{i}"], c[f"a{i}"]
         mean, var = a.mean((0, 2, 3)), a.var((0, 2, 3))
-        nodes.append(helper.make_node("Conv", [x, init(f"conv{i}.weight", w), init(f"conv{i}.bias", b)], [f"conv{i}"],
-                                      name=f"conv{i}", pads=[1, 1, 1, 1], kernel_shape=[3, 3]))
-        nodes.append(helper.make_node(
-            "BatchNormalization", [f"conv{i}", init(f"bn{i}.scale", np.sqrt(var + EPS)), init(f"bn{i}.bias", mean),
-                                   init(f"bn{i}.mean", mean), init(f"bn{i}.var", var)], [f"bn{i}"], name=f"bn{i}",
-            epsilon=EPS))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, init(f"conv{i}.weight", w), init(f"conv{i}.bias", b)],
+                [f"conv{i}"],
+                name=f"conv{i}",
+                pads=[1, 1, 1, 1],
+                kernel_shape=[3, 3],
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [
+                    f"conv{i}",
+                    init(f"bn{i}.scale", np.sqrt(var + EPS)),
+                    init(f"bn{i}.bias", mean),
+                    init(f"bn{i}.mean", mean),
+                    init(f"bn{i}.var", var),
+                ],
+                [f"bn{i}"],
+                name=f"bn{i}",
+                epsilon=EPS,
+            )
+        )
         if not act:
             return f"bn{i}"
         nodes.append(helper.make_node("Relu", [f"bn{i}"], [f"relu{i}"], name=f"relu{i}"))
@@ -159,12 +182,18 @@ def export(p, path, stats_x):
     nodes += [
         helper.make_node("GlobalAveragePool", [r3], ["gap"], name="gap"),
         helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
-        helper.make_node("Gemm", ["flat", init("fc.weight", p["wf"]), init("fc.bias", p["bf"])], ["logits"], name="fc",
-                         transB=1),
+        helper.make_node(
+            "Gemm", ["flat", init("fc.weight", p["wf"]), init("fc.bias", p["bf"])], ["logits"], name="fc", transB=1
+        ),
         helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
     ]
-    graph = helper.make_graph(nodes, "digits_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "digits_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)

@@ -26,10 +26,14 @@ def tiny_cnn(path, seed=0, dynamic_batch=True, classes=10):
         helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "tiny_cnn",
+        nodes,
+        "tiny_cnn",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 16, 16])],
         [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, classes])],
-        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (w3, "w3"), (b3, "b3"))],
+        [
+            numpy_helper.from_array(a, n)
+            for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (w3, "w3"), (b3, "b3"))
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -81,8 +85,14 @@ def prunable_cnn(path, seed=0, zero=0.25):
         arr(f"{name}.shift", rng.standard_normal(c) * 0.1)
         arr(f"{name}.mean", rng.standard_normal(c) * 0.1)
         arr(f"{name}.var", rng.uniform(0.5, 1.5, c))
-        nodes.append(helper.make_node("BatchNormalization", [x] + [f"{name}.{p}" for p in ("scale", "shift", "mean", "var")],
-                                      [name], name=name))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [x] + [f"{name}.{p}" for p in ("scale", "shift", "mean", "var")],
+                [name],
+                name=name,
+            )
+        )
         return name
 
     def act(op, x, name, *extra):
@@ -104,7 +114,9 @@ def prunable_cnn(path, seed=0, zero=0.25):
     nodes.append(helper.make_node("Mul", ["res", s], ["se_out"], name="se_mul"))
     nodes.append(helper.make_node("GlobalAveragePool", ["se_out"], ["pool"], name="pool"))
     nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="flatten"))
-    nodes.append(helper.make_node("Gemm", ["flat", w("fc.w", (10, 16)), w("fc.b", (10,))], ["main"], name="fc", transB=1))
+    nodes.append(
+        helper.make_node("Gemm", ["flat", w("fc.w", (10, 16)), w("fc.b", (10,))], ["main"], name="fc", transB=1)
+    )
     side = act("Relu", conv(stem, "side", 16, 8, 1), "side_relu")
     nodes.append(helper.make_node("GlobalAveragePool", [side], ["side_pool"], name="side_pool"))
     inits.append(numpy_helper.from_array(np.array([1, 8], np.int64), "side_shape"))
@@ -124,8 +136,12 @@ def prunable_cnn(path, seed=0, zero=0.25):
 
     dead = {}
     for group, c, members in (
-            ("residual", 16, ["stem", "project", "se_expand"]), ("expand", 16, ["expand"]), ("branch", 8, ["branch"]),
-            ("se_reduce", 8, ["se_reduce"]), ("side", 8, ["side"])):
+        ("residual", 16, ["stem", "project", "se_expand"]),
+        ("expand", 16, ["expand"]),
+        ("branch", 8, ["branch"]),
+        ("se_reduce", 8, ["se_reduce"]),
+        ("side", 8, ["side"]),
+    ):
         ch = np.sort(rng.choice(c, int(np.floor(zero * c)), replace=False))
         dead[group] = ch.tolist()
         for m in members:
@@ -134,8 +150,13 @@ def prunable_cnn(path, seed=0, zero=0.25):
                 kill([f"{m}_bn.shift", f"{m}_bn.mean"], ch)
         if group == "expand":  # the depthwise conv and its BN carry the same channels
             kill(["dw.w", "dw.b", "dw_bn.shift", "dw_bn.mean"], ch)
-    graph = helper.make_graph(nodes, "prunable_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "prunable_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)

@@ -111,8 +111,10 @@ def netem_available():
     subprocess.run(["ip", "netns", "add", probe], capture_output=True, timeout=30)
     try:
         _ip("ip", "link", "set", "lo", "up", netns=probe, check=False)
-        return _ip("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", netns=probe,
-                   check=False).returncode == 0
+        return (
+            _ip("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", netns=probe, check=False).returncode
+            == 0
+        )
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
 
@@ -206,8 +208,22 @@ class NetnsLab:
                 dev.shaping = f"netem delay {delay_ms} ms round trip"
             else:
                 for where, link in ((ns, "eth0"), (c, host_end)):
-                    _ip("tc", "qdisc", "add", "dev", link, "root", "tbf", "rate", rate, "burst", "4kb",
-                        "latency", "2000ms", netns=where)
+                    _ip(
+                        "tc",
+                        "qdisc",
+                        "add",
+                        "dev",
+                        link,
+                        "root",
+                        "tbf",
+                        "rate",
+                        rate,
+                        "burst",
+                        "4kb",
+                        "latency",
+                        "2000ms",
+                        netns=where,
+                    )
                 dev.shaping = f"tbf rate {rate} each way (this kernel has no netem)"
         dev.sshd = ThrowawaySSHD(netns=ns, host=address, port=SSH_PORT, startup_timeout=30)
         self.devices.append(dev)
@@ -229,8 +245,13 @@ class NetnsLab:
         out = []
         for n, (dev, root) in enumerate(zip(devices, roots)):
             out.append("[[device]]")
-            fields = {"name": f"dev{dev.index}", "url": dev.url, "python": python, "root": str(root),
-                      "tags": ["lab", dev.state]}
+            fields = {
+                "name": f"dev{dev.index}",
+                "url": dev.url,
+                "python": python,
+                "root": str(root),
+                "tags": ["lab", dev.state],
+            }
             if dev.sshd is not None:
                 fields["key"] = dev.sshd.client_key
                 fields["known_hosts"] = dev.sshd.known_hosts

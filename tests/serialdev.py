@@ -47,8 +47,16 @@ class Cable:
         os.set_blocking(self.dev_master, False)
         e = dict(os.environ)
         e.update(env or {})
-        self.shell = subprocess.Popen(list(device or shell), stdin=dev_slave, stdout=dev_slave, stderr=dev_slave,
-                                      env=e, cwd=cwd, start_new_session=True, preexec_fn=_controlling_tty)
+        self.shell = subprocess.Popen(
+            list(device or shell),
+            stdin=dev_slave,
+            stdout=dev_slave,
+            stderr=dev_slave,
+            env=e,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_controlling_tty,
+        )
         os.close(dev_slave)
         # A console's shell is up before anyone types: wait for its first output (the prompt), so a
         # Ctrl-C cannot reach it before it handles SIGINT.
@@ -176,7 +184,7 @@ class Cable:
     @staticmethod
     def _write(fd, buf, limit=4096):
         try:
-            n = os.write(fd, bytes(buf[:min(limit, 4096)]))
+            n = os.write(fd, bytes(buf[: min(limit, 4096)]))
             del buf[:n]
         except BlockingIOError:
             pass

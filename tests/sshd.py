@@ -98,10 +98,11 @@ def _can_unshare_mounts() -> bool:
         else:
             try:
                 r = subprocess.run(
-                    [unshare, "-m", "--propagation", "private", "sh", "-c",
-                     "mount -t tmpfs tmpfs /run"],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, timeout=10,
+                    [unshare, "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs tmpfs /run"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=10,
                 )
                 _unshare_ok = r.returncode == 0
             except (OSError, subprocess.SubprocessError):
@@ -168,9 +169,14 @@ class ThrowawaySSHD:
     ``sshd_config``, ``authorized_keys``, ``tmpdir``, ``pid`` (the listener).
     """
 
-    def __init__(self, startup_timeout: float = 15.0, user: Optional[str] = None,
-                 netns: Optional[str] = None, host: Optional[str] = None,
-                 port: Optional[int] = None):
+    def __init__(
+        self,
+        startup_timeout: float = 15.0,
+        user: Optional[str] = None,
+        netns: Optional[str] = None,
+        host: Optional[str] = None,
+        port: Optional[int] = None,
+    ):
         # netns: run sshd inside that network namespace (``ip netns exec``),
         # listening on ``host``:``port`` there (both required with netns).
         if netns and not (host and port):
@@ -219,12 +225,13 @@ class ThrowawaySSHD:
             self.ssh_config = os.path.join(d, "ssh_config")
             self.sshd_config = os.path.join(d, "sshd_config")
             self.log = os.path.join(d, "sshd.log")
-            for path, comment in ((self.host_key, "edgekit-test-hostkey"),
-                                  (self.client_key, "edgekit-test-client")):
+            for path, comment in ((self.host_key, "edgekit-test-hostkey"), (self.client_key, "edgekit-test-client")):
                 subprocess.run(
                     [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
-                    check=True, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    check=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
                 )
             shutil.copyfile(self.client_key + ".pub", self.authorized_keys)
             os.chmod(self.authorized_keys, 0o600)
@@ -295,15 +302,25 @@ class ThrowawaySSHD:
             if _can_unshare_mounts():
                 # Private mount namespace + tmpfs on /run: /run/sshd exists
                 # only in there; the host's /run is never touched.
-                cmd = ["unshare", "-m", "--propagation", "private",
-                       "sh", "-c", _NAMESPACE_SCRIPT, "sh", self.tmpdir] + sshd_cmd
+                cmd = [
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    _NAMESPACE_SCRIPT,
+                    "sh",
+                    self.tmpdir,
+                ] + sshd_cmd
             elif os.path.isdir("/run/sshd"):
                 cmd = sshd_cmd
             else:
                 raise RuntimeError(
                     "sshd needs /run/sshd when run as root, and `unshare -m` "
                     "(used to provide it privately) is not permitted here; "
-                    "create /run/sshd (mode 755, owned by root) to proceed")
+                    "create /run/sshd (mode 755, owned by root) to proceed"
+                )
         else:
             cmd = sshd_cmd  # unprivileged sshd: no privsep chroot needed
         if self.netns:
@@ -312,22 +329,26 @@ class ThrowawaySSHD:
         # same log; both sides append, so lines don't clobber each other.
         self._log_fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log_fh, stderr=self._log_fh,
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=self._log_fh,
             close_fds=True,
         )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if self.proc.poll() is not None:
-                err = (f"sshd exited with status {self.proc.returncode} during "
-                       f"start-up; sshd log:\n{self._read_log()}")
+                err = f"sshd exited with status {self.proc.returncode} during start-up; sshd log:\n{self._read_log()}"
                 self._reap()
                 return err
             if self._banner_ok():
                 return None
             if time.monotonic() > deadline:
-                err = (f"sshd did not accept connections on {self.host}:{self.port} "
-                       f"within {self.startup_timeout}s; sshd log:\n"
-                       f"{self._read_log()}")
+                err = (
+                    f"sshd did not accept connections on {self.host}:{self.port} "
+                    f"within {self.startup_timeout}s; sshd log:\n"
+                    f"{self._read_log()}"
+                )
                 self._terminate_all()
                 return err
             time.sleep(0.02)

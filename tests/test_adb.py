@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import stop_agent
 
 import edgekit
-from conftest import stop_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -46,9 +46,13 @@ class Phone:
     def __init__(self, lab, home, port=0):
         self.lab, self.home = lab, Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(lab.ns + [sys.executable, str(HERE / "adbd.py"), "--port", str(port)],
-                                     env=dict(lab.env, HOME=str(self.home)), stdout=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            lab.ns + [sys.executable, str(HERE / "adbd.py"), "--port", str(port)],
+            env=dict(lab.env, HOME=str(self.home)),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert line.startswith("listening on "), line
         self.port = int(line.split()[-1])
@@ -79,26 +83,44 @@ class Lab:
         self.tmp = Path(tmp)
         home = self.tmp / "host-home"
         home.mkdir()
-        self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.holder = subprocess.Popen(
+            ["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         if self.holder.stdout.readline().strip() != "up":
             self.holder.stdin.close()
             self.holder.wait()
             self.holder.stdout.close()
             pytest.skip("cannot create a network namespace here (`unshare --net` needs root or user namespaces)")
         self.ns = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("ADB_SERVER_SOCKET", "ANDROID_SERIAL", "ANDROID_ADB_SERVER_ADDRESS",
-                            "ANDROID_ADB_SERVER_HOST")}
-        env.update(HOME=str(home), ANDROID_USER_HOME=str(home / ".android"), TMPDIR=str(self.tmp),
-                   ANDROID_ADB_SERVER_PORT=str(SERVER_PORT), ADB_MDNS="0", ADB_MDNS_AUTO_CONNECT="0",
-                   PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("ADB_SERVER_SOCKET", "ANDROID_SERIAL", "ANDROID_ADB_SERVER_ADDRESS", "ANDROID_ADB_SERVER_HOST")
+        }
+        env.update(
+            HOME=str(home),
+            ANDROID_USER_HOME=str(home / ".android"),
+            TMPDIR=str(self.tmp),
+            ANDROID_ADB_SERVER_PORT=str(SERVER_PORT),
+            ADB_MDNS="0",
+            ADB_MDNS_AUTO_CONNECT="0",
+            PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p),
+        )
         self.env = env
         self.adb("start-server", check=0)
 
     def run(self, argv, check=None, timeout=120, env=None):
-        p = subprocess.run(self.ns + [str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, env=dict(self.env, **(env or {})))
+        p = subprocess.run(
+            self.ns + [str(a) for a in argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=dict(self.env, **(env or {})),
+        )
         if check is not None:
             assert p.returncode == check, f"{argv}: exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
         return p
@@ -213,8 +235,22 @@ def test_run_quotes_argv_and_returns_exit_codes(lab, phones, tmp_path):
 
 def test_deploy_and_bench_over_adb(lab, phones, tiny_bundle):
     (phone,) = phones()
-    p = lab.cli("deploy", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable,
-                "--device-root", ROOT, "--runs", 20, "--warmup", 2, "--json", check=0)
+    p = lab.cli(
+        "deploy",
+        tiny_bundle,
+        "--adb",
+        phone.serial,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        ROOT,
+        "--runs",
+        20,
+        "--warmup",
+        2,
+        "--json",
+        check=0,
+    )
     r = json.loads(p.stdout)
     assert r["transport"] == f"adb {phone.serial}"
     assert r["runs"] == 20 and r["latency_ms"]["p50"] > 0 and r["deploy_seconds"] > 0
@@ -223,8 +259,19 @@ def test_deploy_and_bench_over_adb(lab, phones, tiny_bundle):
     assert (phone.root / "agent" / "edgekit-agent.pyz").is_file()
     assert not list(phone.root.rglob("*.part"))
     # the only device attached: --adb without a serial finds it; the bundle is not sent again
-    p = lab.cli("bench", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", ROOT,
-                "--runs", 5, "--json", check=0)
+    p = lab.cli(
+        "bench",
+        tiny_bundle,
+        "--adb",
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        ROOT,
+        "--runs",
+        5,
+        "--json",
+        check=0,
+    )
     assert json.loads(p.stdout)["bundle_id"] == r["bundle_id"]
     # the forwards edgekit made are gone again
     assert lab.adb("forward", "--list", check=0).stdout.strip() == ""
@@ -238,12 +285,27 @@ def test_several_devices_need_a_serial_or_all(lab, phones, tiny_bundle):
     assert a.serial in p.stderr and b.serial in p.stderr and "--adb SERIAL" in p.stderr
     assert not a.root.exists() and not b.root.exists()
 
-    p = lab.cli("agent", "start", "--adb", b.serial, "--device-python", sys.executable, "--device-root", ROOT,
-                "--json", check=0)
+    p = lab.cli(
+        "agent", "start", "--adb", b.serial, "--device-python", sys.executable, "--device-root", ROOT, "--json", check=0
+    )
     assert json.loads(p.stdout)["root"] == str(b.root) and not a.root.exists()
 
-    p = lab.cli("deploy", tiny_bundle, "--adb", "all", "--device-python", sys.executable, "--device-root", ROOT,
-                "--runs", 5, "--warmup", 1, "--json", check=0)
+    p = lab.cli(
+        "deploy",
+        tiny_bundle,
+        "--adb",
+        "all",
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        ROOT,
+        "--runs",
+        5,
+        "--warmup",
+        1,
+        "--json",
+        check=0,
+    )
     rows = json.loads(p.stdout)["devices"]
     assert sorted(r["name"] for r in rows) == sorted([a.serial, b.serial])
     assert all(r["status"] == "ok" and r["p50_ms"] > 0 for r in rows)
@@ -257,8 +319,16 @@ def test_no_device_is_a_clear_error(lab, tiny_bundle, tmp_path):
     p = lab.cli("deploy", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", tmp_path / "r")
     assert p.returncode == 4
     assert "no Android device" in p.stderr and "USB debugging" in p.stderr and "adb devices" in p.stderr
-    p = lab.cli("deploy", tiny_bundle, "--adb", "0123456789ABCDEF", "--device-python", sys.executable,
-                "--device-root", tmp_path / "r")
+    p = lab.cli(
+        "deploy",
+        tiny_bundle,
+        "--adb",
+        "0123456789ABCDEF",
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        tmp_path / "r",
+    )
     assert p.returncode == 4 and "0123456789ABCDEF" in p.stderr and "adb devices" in p.stderr
     p = lab.cli("deploy", tiny_bundle, "--adb", "all", "--device-python", sys.executable)
     assert p.returncode == 4 and "no Android device" in p.stderr
@@ -303,8 +373,22 @@ def test_connection_cut_mid_push_keeps_the_previous_version_and_resumes(lab, pho
         assert r["error"] and 0 < r["killed"][0][0] < r["killed"][0][1], r  # cut in the middle
         return r
 
-    v1 = json.loads(lab.cli("deploy", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable,
-                            "--device-root", ROOT, "--runs", 5, "--json", check=0).stdout)["bundle_id"]
+    v1 = json.loads(
+        lab.cli(
+            "deploy",
+            tiny_bundle,
+            "--adb",
+            phone.serial,
+            "--device-python",
+            sys.executable,
+            "--device-root",
+            ROOT,
+            "--runs",
+            5,
+            "--json",
+            check=0,
+        ).stdout
+    )["bundle_id"]
 
     # 1. the transport's own upload (sync push), cut after its first block
     big = tmp_path / "big.bin"
@@ -318,31 +402,59 @@ def test_connection_cut_mid_push_keeps_the_previous_version_and_resumes(lab, pho
     from models import tiny_cnn
 
     v2_dir = tmp_path / "v2"
-    edgekit.build(tiny_cnn(tmp_path / "wide.onnx", classes=20000), "host", v2_dir, precision="fp32",
-                  calib=tiny_calib, name="tiny")
+    edgekit.build(
+        tiny_cnn(tmp_path / "wide.onnx", classes=20000), "host", v2_dir, precision="fp32", calib=tiny_calib, name="tiny"
+    )
     r = cut("deploy", v2_dir)
     assert f"adb {phone.serial}" in r["error"] and "uploading model.onnx" in r["error"]
     assert "keeps serving what it served before" in r["error"]
     phone.restart()
 
     # the device still serves v1: bench of the v1 bundle needs exactly that version
-    p = lab.cli("bench", tiny_bundle, "--adb", phone.serial, "--device-python", sys.executable, "--device-root", ROOT,
-                "--runs", 3, "--json", check=0)
+    p = lab.cli(
+        "bench",
+        tiny_bundle,
+        "--adb",
+        phone.serial,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        ROOT,
+        "--runs",
+        3,
+        "--json",
+        check=0,
+    )
     assert json.loads(p.stdout)["bundle_id"] == v1
     # and the same deploy again completes
-    p = lab.cli("deploy", v2_dir, "--adb", phone.serial, "--device-python", sys.executable, "--device-root", ROOT,
-                "--runs", 3, "--json", check=0)
+    p = lab.cli(
+        "deploy",
+        v2_dir,
+        "--adb",
+        phone.serial,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        ROOT,
+        "--runs",
+        3,
+        "--json",
+        check=0,
+    )
     r = json.loads(p.stdout)
     assert r["installed"]["previous"] == v1 and r["installed"]["version"] == r["bundle_id"] != v1
 
 
 # -- host logic ---------------------------------------------------------------------
-@pytest.mark.parametrize("env, expected", [
-    ({}, ("127.0.0.1", 5037)),
-    ({"ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 6000)),
-    ({"ADB_SERVER_SOCKET": "tcp:7000", "ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 7000)),
-    ({"ADB_SERVER_SOCKET": "tcp:10.0.0.2:7001"}, ("10.0.0.2", 7001)),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, ("127.0.0.1", 5037)),
+        ({"ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 6000)),
+        ({"ADB_SERVER_SOCKET": "tcp:7000", "ANDROID_ADB_SERVER_PORT": "6000"}, ("127.0.0.1", 7000)),
+        ({"ADB_SERVER_SOCKET": "tcp:10.0.0.2:7001"}, ("10.0.0.2", 7001)),
+    ],
+)
 def test_server_address_from_the_environment(monkeypatch, env, expected):
     from edgekit.transports.adb import server_address
 

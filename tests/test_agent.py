@@ -11,11 +11,10 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import stop_agent
 
 from edgekit import agent_package, bundle
 from edgekit_sdk import AgentClient, AgentHTTPError
-
-from conftest import stop_agent
 
 
 def _python(version):
@@ -66,19 +65,28 @@ def test_infer_binary_and_json_match_onnxruntime(deployed, tiny_bundle):
     import onnxruntime as ort
 
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    want = ort.InferenceSession(str(tiny_bundle / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    want = ort.InferenceSession(str(tiny_bundle / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x}
+    )[0]
     got, meta = deployed.client.infer("tiny", {"input": x}, with_meta=True)
     np.testing.assert_allclose(got["probs"], want, rtol=1e-5, atol=1e-6)
     assert meta["inference_ms"] > 0 and meta["version"] == bundle.load(tiny_bundle)["id"]
-    j = deployed.client.infer_json("tiny", {"input": {"dtype": "float32", "shape": [1, 3, 16, 16], "data": x.ravel().tolist()}})
-    np.testing.assert_allclose(np.asarray(j["outputs"]["probs"]["data"], np.float32).ravel(), want.ravel(), rtol=1e-5, atol=1e-6)
+    j = deployed.client.infer_json(
+        "tiny", {"input": {"dtype": "float32", "shape": [1, 3, 16, 16], "data": x.ravel().tolist()}}
+    )
+    np.testing.assert_allclose(
+        np.asarray(j["outputs"]["probs"]["data"], np.float32).ravel(), want.ravel(), rtol=1e-5, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("inputs,message", [
-    ({"input": np.zeros((1, 3, 8, 8), np.float32)}, "has shape [1, 3, 8, 8]; the model wants [1, 3, 16, 16]"),
-    ({"input": np.zeros((1, 3, 16, 16), np.float64)}, "has dtype float64; the model wants float32"),
-    ({"wrong": np.zeros((1, 3, 16, 16), np.float32)}, "inputs do not match the model"),
-])
+@pytest.mark.parametrize(
+    "inputs,message",
+    [
+        ({"input": np.zeros((1, 3, 8, 8), np.float32)}, "has shape [1, 3, 8, 8]; the model wants [1, 3, 16, 16]"),
+        ({"input": np.zeros((1, 3, 16, 16), np.float64)}, "has dtype float64; the model wants float32"),
+        ({"wrong": np.zeros((1, 3, 16, 16), np.float32)}, "inputs do not match the model"),
+    ],
+)
 def test_bad_inputs_are_400_and_the_agent_keeps_serving(deployed, inputs, message):
     with pytest.raises(AgentHTTPError) as e:
         deployed.client.infer("tiny", inputs)
@@ -88,7 +96,16 @@ def test_bad_inputs_are_400_and_the_agent_keeps_serving(deployed, inputs, messag
 
 def test_malformed_requests(deployed):
     assert raw(deployed, "POST", "/v1/models/tiny/infer", b"{not json", {"Content-Type": "application/json"})[0] == 400
-    assert raw(deployed, "POST", "/v1/models/tiny/infer", b"EKT1\xff\xff\xff\xff", {"Content-Type": "application/x-edgekit-tensors"})[0] == 400
+    assert (
+        raw(
+            deployed,
+            "POST",
+            "/v1/models/tiny/infer",
+            b"EKT1\xff\xff\xff\xff",
+            {"Content-Type": "application/x-edgekit-tensors"},
+        )[0]
+        == 400
+    )
     status, body = raw(deployed, "POST", "/v1/models/nope/infer", json.dumps({"inputs": {}}).encode())
     assert status == 404 and "unknown model 'nope'" in body["error"]
     assert raw(deployed, "GET", "/v1/nothing")[0] == 404
@@ -139,8 +156,20 @@ def test_redeploy_keeps_previous_for_rollback(deployed, tiny_model, tiny_calib, 
 
 def test_bench_report(deployed):
     r = deployed.bench("tiny", runs=20, warmup=3, threads=1)
-    for key in ("backend", "precision", "accelerator", "threads", "runtime_version", "init_ms", "first_inference_ms",
-                "latency_ms", "runs", "peak_rss_mb", "device", "profile"):
+    for key in (
+        "backend",
+        "precision",
+        "accelerator",
+        "threads",
+        "runtime_version",
+        "init_ms",
+        "first_inference_ms",
+        "latency_ms",
+        "runs",
+        "peak_rss_mb",
+        "device",
+        "profile",
+    ):
         assert key in r, key
     assert r["accelerator"] == "CPUExecutionProvider" and r["threads"] == 1 and r["runs"] == 20
     lat = r["latency_ms"]
@@ -161,8 +190,12 @@ def _zipapp(tmp_path):
 
 def test_non_loopback_needs_a_token(tmp_path):
     pyz = _zipapp(tmp_path)
-    p = subprocess.run([sys.executable, str(pyz), "serve", "--root", str(tmp_path / "r"), "--host", "0.0.0.0"],
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, str(pyz), "serve", "--root", str(tmp_path / "r"), "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode != 0 and "without a token" in p.stderr
 
 
@@ -171,12 +204,30 @@ def test_token_is_enforced(tmp_path):
     (tmp_path / "tok").write_text("s3cret\n")
     root = tmp_path / "r"
     env = dict(os.environ, EDGEKIT_AGENT_TOKEN="s3cret")
-    p = subprocess.run([sys.executable, str(pyz), "start", "--root", str(root), "--host", "0.0.0.0",
-                        "--token-file", str(tmp_path / "tok")], capture_output=True, text=True, timeout=60, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(pyz),
+            "start",
+            "--root",
+            str(root),
+            "--host",
+            "0.0.0.0",
+            "--token-file",
+            str(tmp_path / "tok"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     state = json.loads(p.stdout)
     try:
-        anonymous, authorized = AgentClient("127.0.0.1", state["port"]), AgentClient("127.0.0.1", state["port"], token="s3cret")
+        anonymous, authorized = (
+            AgentClient("127.0.0.1", state["port"]),
+            AgentClient("127.0.0.1", state["port"], token="s3cret"),
+        )
         with pytest.raises(AgentHTTPError) as e:
             anonymous.health()
         assert e.value.status == 401
@@ -251,7 +302,8 @@ def test_a_version_that_does_not_run_is_not_installed(deployed, tiny_bundle):
     manifest = json.loads((tiny_bundle / "manifest.json").read_text())
     garbage = b"this is not a model" * 100
     manifest["files"] = [f for f in manifest["files"] if f["name"] != "model.onnx"] + [
-        {"name": "model.onnx", "role": "model", "size": len(garbage), "sha256": hashlib.sha256(garbage).hexdigest()}]
+        {"name": "model.onnx", "role": "model", "size": len(garbage), "sha256": hashlib.sha256(garbage).hexdigest()}
+    ]
     manifest["id"] = "broken000000001"
     for f in c.begin_upload("tiny", manifest["id"], manifest)["missing"]:
         c.put_file("tiny", manifest["id"], f, garbage if f == "model.onnx" else (tiny_bundle / f).read_bytes())
@@ -262,13 +314,16 @@ def test_a_version_that_does_not_run_is_not_installed(deployed, tiny_bundle):
     c.infer("tiny", {"input": np.zeros((1, 3, 16, 16), np.float32)})
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"model": "/etc/passwd"}, "'model' must name one of its files"),
-    ({"files": [{"name": "manifest.json", "size": 1, "sha256": "0" * 64}], "model": "manifest.json"}, "reserved"),
-    ({"files": [{"name": "a\n", "size": 1, "sha256": "0" * 64}], "model": "a\n"}, "invalid file name"),
-    ({"files": [{"name": "..", "size": 1, "sha256": "0" * 64}], "model": ".."}, "invalid file name"),
-    ({"files": [{"name": "x.onnx", "size": -1, "sha256": "0" * 64}], "model": "x.onnx"}, "size must be"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"model": "/etc/passwd"}, "'model' must name one of its files"),
+        ({"files": [{"name": "manifest.json", "size": 1, "sha256": "0" * 64}], "model": "manifest.json"}, "reserved"),
+        ({"files": [{"name": "a\n", "size": 1, "sha256": "0" * 64}], "model": "a\n"}, "invalid file name"),
+        ({"files": [{"name": "..", "size": 1, "sha256": "0" * 64}], "model": ".."}, "invalid file name"),
+        ({"files": [{"name": "x.onnx", "size": -1, "sha256": "0" * 64}], "model": "x.onnx"}, "size must be"),
+    ],
+)
 def test_manifest_names_are_checked(deployed, tiny_bundle, change, message):
     manifest = json.loads((tiny_bundle / "manifest.json").read_text())
     manifest.update(change)
@@ -284,8 +339,9 @@ def test_stop_never_kills_a_process_that_is_not_the_agent(tmp_path):
     (root / "agent").mkdir(parents=True)
     victim = subprocess.Popen(["sleep", "30"])
     try:
-        (root / "agent" / "state.json").write_text(json.dumps({"pid": victim.pid, "host": "127.0.0.1", "port": 9,
-                                                               "root": str(root)}))
+        (root / "agent" / "state.json").write_text(
+            json.dumps({"pid": victim.pid, "host": "127.0.0.1", "port": 9, "root": str(root)})
+        )
         p = subprocess.run([sys.executable, str(pyz), "stop", "--root", str(root)], capture_output=True, text=True)
         assert json.loads(p.stdout)["stopped"] is False
         assert victim.poll() is None
@@ -324,8 +380,21 @@ def py37_with_runtime():
     probe = [python, "-c", "import onnxruntime, numpy"]
     if not os.path.exists(python) or subprocess.run(probe, capture_output=True).returncode != 0:
         subprocess.run([base, "-m", "venv", "--clear", venv], check=True, capture_output=True)
-        p = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy==1.21.6",
-                            "onnxruntime==1.14.1"], capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "numpy==1.21.6",
+                "onnxruntime==1.14.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
     return python
 

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from conftest import run_cli, stop_agent
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -25,8 +24,21 @@ def test_deploy_to_an_arm64_userland(arm64_python, tiny_bundle, tmp_path):
     wrapper, info = arm64_python
     root = tmp_path / "arm64-device"
     try:
-        p = run_cli("deploy", tiny_bundle, "--local", "--device-python", wrapper, "--device-root", root,
-                    "--runs", 10, "--warmup", 2, "--json", check=0)
+        p = run_cli(
+            "deploy",
+            tiny_bundle,
+            "--local",
+            "--device-python",
+            wrapper,
+            "--device-root",
+            root,
+            "--runs",
+            10,
+            "--warmup",
+            2,
+            "--json",
+            check=0,
+        )
         r = json.loads(p.stdout)
         assert r["device"]["machine"] == "aarch64"
         assert r["device"]["python"].startswith(info["python"] + ".")

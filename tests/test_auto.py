@@ -5,7 +5,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import PPOCR, one_json, run_cli, stop_agent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -24,10 +23,31 @@ def split_lines(textlines, tmp_path_factory):
 def test_auto_on_two_backends_end_to_end(tmp_path, split_lines):
     calib, val = split_lines
     out, root = tmp_path / "cls", tmp_path / "device"
-    args = ["build", PPOCR, "--profile", "host", "--auto", "--backends", "ort,openvino",
-            "--input-shape", "x=1,3,48,192", "--calib", calib,
-            "--val", val, "--prune-levels", "0,0.5", "--auto-runs", "15", "--auto-rounds", "2",
-            "--device-root", root, "-o", out]
+    args = [
+        "build",
+        PPOCR,
+        "--profile",
+        "host",
+        "--auto",
+        "--backends",
+        "ort,openvino",
+        "--input-shape",
+        "x=1,3,48,192",
+        "--calib",
+        calib,
+        "--val",
+        val,
+        "--prune-levels",
+        "0,0.5",
+        "--auto-runs",
+        "15",
+        "--auto-rounds",
+        "2",
+        "--device-root",
+        root,
+        "-o",
+        out,
+    ]
     try:
         p = run_cli(*args, "--json", check=0)
         report = one_json(p.stdout)
@@ -36,8 +56,12 @@ def test_auto_on_two_backends_end_to_end(tmp_path, split_lines):
         from edgekit import profiles
 
         host = profiles.load("host")  # the grid: each backend's precisions as the profile lists them, x pruning
-        grid = {f"{b}-{p}{suffix}" for b in ("ort", "openvino") for p in set(host.backend(b)["precisions"]) | {"fp32"}
-                for suffix in ("", "-p50")}
+        grid = {
+            f"{b}-{p}{suffix}"
+            for b in ("ort", "openvino")
+            for p in set(host.backend(b)["precisions"]) | {"fp32"}
+            for suffix in ("", "-p50")
+        }
         assert {"ort-fp32", "ort-int8", "ort-int8-p50", "openvino-int8", "openvino-fp32-p50"} <= grid
         assert set(cands) == grid
         # Every candidate has an outcome with a reason; nothing is silently missing.
@@ -72,6 +96,8 @@ def test_auto_on_two_backends_end_to_end(tmp_path, split_lines):
 def test_auto_refuses_build_only_profiles_and_unknown_backends(tmp_path, tiny_model):
     p = run_cli("build", tiny_model, "--profile", "iphone-15-pro", "--auto", "-o", tmp_path / "x", check=1)
     assert "build-only" in p.stderr
-    p = run_cli("build", tiny_model, "--profile", "host", "--auto", "--backends", "nosuch", "-o", tmp_path / "x", check=1)
+    p = run_cli(
+        "build", tiny_model, "--profile", "host", "--auto", "--backends", "nosuch", "-o", tmp_path / "x", check=1
+    )
     assert "does not run nosuch" in p.stderr
     assert not (tmp_path / "x").exists()

@@ -4,12 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import PPOCR, one_json, run_cli
 
 import edgekit
 from edgekit.errors import DataError, EdgekitError, FidelityError
 from edgekit.passes.mixed_precision import Budget, BudgetError, candidate_layers
-
-from conftest import PPOCR, one_json, run_cli
 
 PPOCR_OUT = "save_infer_model/scale_0.tmp_1"
 
@@ -67,21 +66,40 @@ def _check_budget_report(r, kind):
 @pytest.mark.parametrize("backend", ["ort", "openvino", "tflite"])
 def test_ppocr_int8_within_one_point(tmp_path, ppocr_split, backend):
     calib, val = ppocr_split
-    r = edgekit.build(PPOCR, "host", tmp_path / backend, backend=backend, precision="int8", calib=calib, val=val,
-                      input_shapes=["x=1,3,48,192"], budget=Budget.parse("1pt", max_evaluations=4))
+    r = edgekit.build(
+        PPOCR,
+        "host",
+        tmp_path / backend,
+        backend=backend,
+        precision="int8",
+        calib=calib,
+        val=val,
+        input_shapes=["x=1,3,48,192"],
+        budget=Budget.parse("1pt", max_evaluations=4),
+    )
     mp = _check_budget_report(r, "accuracy")
     assert mp["final"]["accuracy_drop"] <= 1.0 and mp["final"]["accuracy_reference"] > 85.0
     m = next(s for s in r["fidelity"]["steps"] if "--budget" in s["step"])["outputs"][PPOCR_OUT]
-    assert m["accuracy_reference"] - m["accuracy"] <= 1.0   # the build's own fidelity step agrees
+    assert m["accuracy_reference"] - m["accuracy"] <= 1.0  # the build's own fidelity step agrees
     assert r["fidelity"]["thresholds"]["max_accuracy_drop"] == 1.0
     assert r["model_size_bytes"] < r["source_size_bytes"]
 
 
-@pytest.mark.parametrize("backend,budget", [("ort", "cos=0.99995"), ("openvino", "cos=0.9999"), ("mnn", "cos=0.9995"),
-                                            ("tflite", "cos=0.9995")])
+@pytest.mark.parametrize(
+    "backend,budget",
+    [("ort", "cos=0.99995"), ("openvino", "cos=0.9999"), ("mnn", "cos=0.9995"), ("tflite", "cos=0.9995")],
+)
 def test_cos_budget_keeps_the_most_sensitive_layers_float(tmp_path, tiny_model, tiny_calib, tiny_val, backend, budget):
-    r = edgekit.build(tiny_model, "host", tmp_path / "b", backend=backend, precision="int8", calib=tiny_calib,
-                      val=tiny_val, budget=budget)
+    r = edgekit.build(
+        tiny_model,
+        "host",
+        tmp_path / "b",
+        backend=backend,
+        precision="int8",
+        calib=tiny_calib,
+        val=tiny_val,
+        budget=budget,
+    )
     mp = _check_budget_report(r, "cosine")
     assert mp["all_int8"]["cosine_mean"] < mp["min"] <= mp["final"]["cosine_mean"]  # plain int8 missed it
     assert mp["float_layers"], "the budget needs float layers"
@@ -92,23 +110,34 @@ def test_cos_budget_keeps_the_most_sensitive_layers_float(tmp_path, tiny_model, 
     assert {"layer", "op", "weight", "sensitivity_nsr"} <= set(first)
     # the bundle holds the mixed model and runs: the final fidelity step is the model that was written
     assert r["fidelity"]["steps"][-1]["outputs"]["probs"]["cosine_mean"] >= mp["min"]
-    assert json.loads((tmp_path / "b" / "report.json").read_text())["mixed_precision"]["float_layer_names"] == \
-        mp["float_layer_names"]
+    assert (
+        json.loads((tmp_path / "b" / "report.json").read_text())["mixed_precision"]["float_layer_names"]
+        == mp["float_layer_names"]
+    )
 
 
 def test_unreachable_budget_fails_clearly_or_is_written_degraded(tmp_path, tiny_model, tiny_calib, tiny_val):
     strict = Budget.parse("cos=0.9999999", max_evaluations=3)
     with pytest.raises(FidelityError) as e:
-        edgekit.build(tiny_model, "host", tmp_path / "x", precision="int8", calib=tiny_calib, val=tiny_val,
-                      budget=strict)
+        edgekit.build(
+            tiny_model, "host", tmp_path / "x", precision="int8", calib=tiny_calib, val=tiny_val, budget=strict
+        )
     msg = str(e.value)
     assert "cannot meet --budget cos=1" in msg or "cannot meet --budget cos=0.9999999" in msg
     assert "best reached" in msg and "--precision fp16" in msg and "--allow-degraded" in msg
     assert not (tmp_path / "x").exists()
     assert e.value.report["final"]["met"] is False and e.value.report["evaluations"] <= 3
 
-    r = edgekit.build(tiny_model, "host", tmp_path / "d", precision="int8", calib=tiny_calib, val=tiny_val,
-                      budget=strict, allow_degraded=True)
+    r = edgekit.build(
+        tiny_model,
+        "host",
+        tmp_path / "d",
+        precision="int8",
+        calib=tiny_calib,
+        val=tiny_val,
+        budget=strict,
+        allow_degraded=True,
+    )
     assert not r["mixed_precision"]["final"]["met"] and not r["fidelity"]["passed"]
     assert r["fidelity"]["degraded_allowed"] and (tmp_path / "d" / "model.onnx").exists()
 
@@ -120,12 +149,22 @@ def test_budget_refusals(tmp_path, tiny_model, tiny_calib):
         edgekit.build(tiny_model, "host", tmp_path / "b", precision="fp32", calib=tiny_calib, budget="cos=0.999")
     from edgekit.converters import get
 
-    usable = [b for b in ("paddlelite", "mindspore-lite") if get(b).availability()[0] and "int8" in get(b).precisions
-              and not get(b).supports_mixed_precision()]
+    usable = [
+        b
+        for b in ("paddlelite", "mindspore-lite")
+        if get(b).availability()[0] and "int8" in get(b).precisions and not get(b).supports_mixed_precision()
+    ]
     for backend in usable[:1]:  # a backend whose format cannot keep single layers in float
         with pytest.raises(BudgetError, match=backend):
-            edgekit.build(tiny_model, "host", tmp_path / "c", backend=backend, precision="int8", calib=tiny_calib,
-                          budget="cos=0.999")
+            edgekit.build(
+                tiny_model,
+                "host",
+                tmp_path / "c",
+                backend=backend,
+                precision="int8",
+                calib=tiny_calib,
+                budget="cos=0.999",
+            )
     assert not any((tmp_path / d).exists() for d in "abc")
 
 
@@ -136,10 +175,40 @@ def test_in_sample_budget_warns(tmp_path, tiny_model, tiny_calib):
 
 
 def test_cli_budget(tmp_path, tiny_model, tiny_calib, tiny_val):
-    p = run_cli("build", tiny_model, "--profile", "host", "-o", tmp_path / "c", "--precision", "int8", "--calib",
-                tiny_calib, "--val", tiny_val, "--budget", "cos=0.99995", "--json", "--no-cache", check=0)
+    p = run_cli(
+        "build",
+        tiny_model,
+        "--profile",
+        "host",
+        "-o",
+        tmp_path / "c",
+        "--precision",
+        "int8",
+        "--calib",
+        tiny_calib,
+        "--val",
+        tiny_val,
+        "--budget",
+        "cos=0.99995",
+        "--json",
+        "--no-cache",
+        check=0,
+    )
     mp = one_json(p.stdout)["mixed_precision"]
     assert mp["budget"] == "cos=0.99995" and mp["final"]["met"] and mp["float_layer_names"]
-    p = run_cli("build", tiny_model, "--profile", "host", "-o", tmp_path / "e", "--precision", "int8", "--calib",
-                tiny_calib, "--budget", "2x", check=1)
+    p = run_cli(
+        "build",
+        tiny_model,
+        "--profile",
+        "host",
+        "-o",
+        tmp_path / "e",
+        "--precision",
+        "int8",
+        "--calib",
+        tiny_calib,
+        "--budget",
+        "2x",
+        check=1,
+    )
     assert "cannot read --budget" in p.stderr and "Traceback" not in p.stderr

@@ -2,12 +2,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import PPOCR
 
 import edgekit
 from edgekit import bundle
 from edgekit.errors import BundleError, DataError, FidelityError, ProfileError
-
-from conftest import PPOCR
 
 
 def _manifest(out):
@@ -46,9 +45,13 @@ def test_int8_static_on_ppocr_with_rendered_text(tmp_path, textlines):
     out = tmp_path / "int8"
     r = edgekit.build(PPOCR, "raspberrypi5", out, precision="int8", calib=textlines, input_shapes=["x=1,3,48,192"])
     steps = r["fidelity"]["steps"]
-    assert [s["step"].split(" (")[0] for s in steps] == ["opset upgrade 11 -> 13", "int8 static quantization", "ORT format"]
+    assert [s["step"].split(" (")[0] for s in steps] == [
+        "opset upgrade 11 -> 13",
+        "int8 static quantization",
+        "ORT format",
+    ]
     m = steps[-1]["outputs"]["save_infer_model/scale_0.tmp_1"]
-    assert m["accuracy_reference"] > 85.0          # the FP32 model really classifies the rendered lines
+    assert m["accuracy_reference"] > 85.0  # the FP32 model really classifies the rendered lines
     assert m["accuracy"] >= m["accuracy_reference"] - 2.0
     assert m["top1_agreement"] >= 0.95
     assert r["quantization"]["format"] == "QDQ" and r["quantization"]["per_channel"]
@@ -92,8 +95,9 @@ def test_failed_fidelity_writes_nothing_and_keeps_the_old_bundle(tmp_path, tiny_
     assert "--allow-degraded" in str(e.value)
     assert (out / "manifest.json").read_text() == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".keep")]
-    r = edgekit.build(tiny_model, "host", out, precision="int8", calib=tiny_calib, min_cosine=0.9999999,
-                      allow_degraded=True)
+    r = edgekit.build(
+        tiny_model, "host", out, precision="int8", calib=tiny_calib, min_cosine=0.9999999, allow_degraded=True
+    )
     assert not r["fidelity"]["passed"] and r["fidelity"]["degraded_allowed"]
 
 
@@ -148,4 +152,7 @@ def test_host_int8_build_is_timed_here(tmp_path, tiny_model, tiny_calib):
     r = edgekit.build(tiny_model, "host", tmp_path / "t", precision="int8", calib=tiny_calib, name="timed")
     hl = r["host_latency"]
     assert hl["reference_p50_ms"] > 0 and hl["built_p50_ms"] > 0 and hl["speedup"] > 0
-    assert edgekit.build(tiny_model, "raspberrypi5", tmp_path / "p", precision="int8", calib=tiny_calib)["host_latency"] is None
+    assert (
+        edgekit.build(tiny_model, "raspberrypi5", tmp_path / "p", precision="int8", calib=tiny_calib)["host_latency"]
+        is None
+    )

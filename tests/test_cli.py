@@ -4,10 +4,9 @@ import json
 import sys
 
 import pytest
+from conftest import PPOCR, one_json, run_cli, stop_agent
 
 from edgekit.cli import parser
-
-from conftest import PPOCR, one_json, run_cli, stop_agent
 
 
 def test_every_command_has_help():
@@ -42,8 +41,22 @@ def test_corrupt_model_exit_code_and_message(tmp_path):
 
 
 def test_build_json_is_one_object_and_stdout_is_clean(tmp_path, textlines):
-    p = run_cli("build", PPOCR, "--profile", "raspberrypi5", "--precision", "int8", "--calib", textlines,
-                "--input-shape", "x=1,3,48,192", "-o", tmp_path / "out", "--json", check=0)
+    p = run_cli(
+        "build",
+        PPOCR,
+        "--profile",
+        "raspberrypi5",
+        "--precision",
+        "int8",
+        "--calib",
+        textlines,
+        "--input-shape",
+        "x=1,3,48,192",
+        "-o",
+        tmp_path / "out",
+        "--json",
+        check=0,
+    )
     r = json.loads(p.stdout)  # the whole stdout parses: nothing else printed there
     for key in ("backend", "precision", "profile", "files", "fidelity", "ops"):
         assert key in r
@@ -52,8 +65,20 @@ def test_build_json_is_one_object_and_stdout_is_clean(tmp_path, textlines):
 
 
 def test_fidelity_failure_exit_code(tmp_path, tiny_model, tiny_calib):
-    p = run_cli("build", tiny_model, "--profile", "host", "--precision", "int8", "--calib", tiny_calib,
-                "--min-cosine", "0.99999999", "-o", tmp_path / "o")
+    p = run_cli(
+        "build",
+        tiny_model,
+        "--profile",
+        "host",
+        "--precision",
+        "int8",
+        "--calib",
+        tiny_calib,
+        "--min-cosine",
+        "0.99999999",
+        "-o",
+        tmp_path / "o",
+    )
     assert p.returncode == 3 and "fidelity check failed" in p.stderr
     assert not (tmp_path / "o").exists()
 
@@ -61,11 +86,24 @@ def test_fidelity_failure_exit_code(tmp_path, tiny_model, tiny_calib):
 def test_deploy_local_json_and_table(tiny_bundle, tmp_path):
     root = tmp_path / "dev"
     try:
-        p = run_cli("deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json",
-                    check=0)
+        p = run_cli(
+            "deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json", check=0
+        )
         r = one_json(p.stdout)
-        for key in ("backend", "precision", "accelerator", "threads", "runtime_version", "init_ms",
-                    "first_inference_ms", "latency_ms", "runs", "peak_rss_mb", "device", "profile"):
+        for key in (
+            "backend",
+            "precision",
+            "accelerator",
+            "threads",
+            "runtime_version",
+            "init_ms",
+            "first_inference_ms",
+            "latency_ms",
+            "runs",
+            "peak_rss_mb",
+            "device",
+            "profile",
+        ):
             assert key in r, key
         assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
         text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
@@ -117,11 +155,14 @@ def test_output_that_is_a_file(tmp_path, tiny_model):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["taken"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--preprocess", "scale=1/0"], "bad --preprocess value"),
-    (["--preprocess", "resize=0x0"], "bad --preprocess value"),
-    (["--preprocess", "mean=0.1,0.2"], "mean has 2 values"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--preprocess", "scale=1/0"], "bad --preprocess value"),
+        (["--preprocess", "resize=0x0"], "bad --preprocess value"),
+        (["--preprocess", "mean=0.1,0.2"], "mean has 2 values"),
+    ],
+)
 def test_bad_preprocessing(tmp_path, tiny_model, args, message):
     from PIL import Image
 
@@ -165,34 +206,43 @@ def test_bundle_from_a_profile_file_deploys(tmp_path, tiny_model):
 
 
 def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):
-    run_cli("build", tiny_model, "--profile", "iphone-15-pro", "--precision", "fp32", "-o", tmp_path / "i", "-q", check=0)
+    run_cli(
+        "build", tiny_model, "--profile", "iphone-15-pro", "--precision", "fp32", "-o", tmp_path / "i", "-q", check=0
+    )
     p = run_cli("deploy", tmp_path / "i", "--device-root", tmp_path / "dev")
     assert p.returncode == 4 and "build-only" in p.stderr and "--profile host" in p.stderr
 
 
-@pytest.mark.parametrize("args, says", [
-    (["build", "M", "--target", "local://"], "--target works only with --auto"),
-    (["build", "M", "--backends", "ort"], "--backends works only with --auto"),
-    (["build", "M", "--prune-levels", "0,0.25"], "--prune-levels works only with --auto"),
-    (["build", "M", "--auto-runs", "5"], "--auto-runs works only with --auto"),
-    (["build", "M", "--auto-rounds", "2"], "--auto-rounds works only with --auto"),
-    (["build", "M", "--device-python", "python3"], "--device-python works only with --auto"),
-    (["build", "M", "--device-root", "/tmp/r"], "--device-root works only with --auto"),
-    (["build", "M", "--auto", "--backend", "ort"], "use --backends B1,B2 instead of --backend"),
-    (["build", "M", "--auto", "--prune-mode", "structured"], "drop --prune-mode"),
-    (["build", "M", "--auto", "--allow-degraded"], "drop --allow-degraded"),
-    (["build", "M", "--auto", "--prune", "0.3"], "use --prune-levels 0,0.25 instead of --prune"),
-    (["build", "M", "--auto", "--prune-recipe", "r.toml"], "instead of --prune-recipe"),
-    (["deploy", "B", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
-    (["deploy", "B", "--jobs", "2"], "--jobs applies to many devices at once: add --fleet INVENTORY.toml (or --adb all)"),
-    (["deploy", "B", "--device-timeout", "5"], "--device-timeout applies to many devices at once"),
-    (["deploy", "B", "--adb", "all", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
-    (["bench", "B", "--jobs", "2"], "--jobs applies to many devices at once: add --fleet INVENTORY.toml, or drop"),
-    (["deploy", "B", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
-    (["deploy", "B", "--ssh", "pi@h", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
-    (["agent", "status", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
-    (["deploy", "B", "--fleet", "F.toml", "--baud", "9600"], "--baud cannot be combined with --fleet"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["build", "M", "--target", "local://"], "--target works only with --auto"),
+        (["build", "M", "--backends", "ort"], "--backends works only with --auto"),
+        (["build", "M", "--prune-levels", "0,0.25"], "--prune-levels works only with --auto"),
+        (["build", "M", "--auto-runs", "5"], "--auto-runs works only with --auto"),
+        (["build", "M", "--auto-rounds", "2"], "--auto-rounds works only with --auto"),
+        (["build", "M", "--device-python", "python3"], "--device-python works only with --auto"),
+        (["build", "M", "--device-root", "/tmp/r"], "--device-root works only with --auto"),
+        (["build", "M", "--auto", "--backend", "ort"], "use --backends B1,B2 instead of --backend"),
+        (["build", "M", "--auto", "--prune-mode", "structured"], "drop --prune-mode"),
+        (["build", "M", "--auto", "--allow-degraded"], "drop --allow-degraded"),
+        (["build", "M", "--auto", "--prune", "0.3"], "use --prune-levels 0,0.25 instead of --prune"),
+        (["build", "M", "--auto", "--prune-recipe", "r.toml"], "instead of --prune-recipe"),
+        (["deploy", "B", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
+        (
+            ["deploy", "B", "--jobs", "2"],
+            "--jobs applies to many devices at once: add --fleet INVENTORY.toml (or --adb all)",
+        ),
+        (["deploy", "B", "--device-timeout", "5"], "--device-timeout applies to many devices at once"),
+        (["deploy", "B", "--adb", "all", "--tag", "lab"], "--tag picks devices of a --fleet inventory"),
+        (["bench", "B", "--jobs", "2"], "--jobs applies to many devices at once: add --fleet INVENTORY.toml, or drop"),
+        (["deploy", "B", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+        (["deploy", "B", "--ssh", "pi@h", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+        (["agent", "status", "--baud", "9600"], "--baud sets the line speed of --serial PORT"),
+        (["deploy", "B", "--fleet", "F.toml", "--baud", "9600"], "--baud cannot be combined with --fleet"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_flags_that_do_nothing_here_are_refused(tmp_path, args, says):
     """A flag the command would ignore is an error naming what it needs; nothing is built, read or contacted."""
     where = {"M": tmp_path / "model.onnx", "B": tmp_path / "bundle", "F.toml": tmp_path / "fleet.toml"}
@@ -205,6 +255,15 @@ def test_flags_that_do_nothing_here_are_refused(tmp_path, args, says):
 
 
 def test_many_device_flags_are_accepted_with_adb_all(tmp_path):
-    p = run_cli("deploy", tmp_path / "bundle", "--adb", "all", "--jobs", 2, "--device-timeout", 5,
-                env={"ADB_SERVER_SOCKET": "tcp:127.0.0.2:9"})
+    p = run_cli(
+        "deploy",
+        tmp_path / "bundle",
+        "--adb",
+        "all",
+        "--jobs",
+        2,
+        "--device-timeout",
+        5,
+        env={"ADB_SERVER_SOCKET": "tcp:127.0.0.2:9"},
+    )
     assert p.returncode == 4 and "no adb server answers at 127.0.0.2:9" in p.stderr, p.stderr

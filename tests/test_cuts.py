@@ -13,7 +13,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from conftest import stop_agent
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +60,7 @@ class CuttingRelay:
                 if counted:
                     with self.lock:
                         if self.budget is not None and self.sent + len(data) >= self.budget:
-                            dst.sendall(data[:max(0, self.budget - self.sent)])
+                            dst.sendall(data[: max(0, self.budget - self.sent)])
                             self.sent, self.cut = self.budget, True
                             raise OSError("cut")
                         self.sent += len(data)
@@ -109,8 +108,9 @@ def cut_device(tmp_path):
 
 
 def test_random_cuts_never_leave_half_a_version(cut_device, tmp_path, textlines):
-    import edgekit
     from conftest import PPOCR
+
+    import edgekit
     from edgekit.deployer import deploy
     from edgekit.errors import TransportError
     from edgekit_sdk import AgentClient

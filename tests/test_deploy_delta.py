@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import one_json, run_cli, stop_agent
 
 pytestmark = pytest.mark.e2e
@@ -50,8 +49,10 @@ def test_unchanged_redeploy_sends_under_1kb_and_shared_files_are_not_sent(local_
 def _cut_upload(port, name, version, fname, data, keep):
     """Send ``keep`` bytes of a file upload, then drop the connection (a cable pulled mid-transfer)."""
     s = socket.create_connection(("127.0.0.1", port))
-    head = (f"PUT /v1/bundles/{name}/{version}/files/{fname} HTTP/1.1\r\nHost: x\r\n"
-            f"Content-Type: application/octet-stream\r\nContent-Length: {len(data)}\r\n\r\n").encode()
+    head = (
+        f"PUT /v1/bundles/{name}/{version}/files/{fname} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode()
     s.sendall(head + data[:keep])
     time.sleep(0.3)
     s.close()
@@ -160,7 +161,10 @@ def test_repeated_rollbacks_step_back_through_the_installs(tmp_path):
 
     for i in (1, 2, 3):
         data = f"model {i}".encode()
-        m = {"files": [{"name": "m.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}], "model": "m.bin"}
+        m = {
+            "files": [{"name": "m.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}],
+            "model": "m.bin",
+        }
         v = f"v{i}"
         store.begin("m", v, m)
         import io
@@ -197,8 +201,14 @@ def test_a_partial_file_that_is_not_this_files_beginning_is_sent_whole(local_dev
     c = local_device.client
     c.begin_upload(m["name"], m["id"], m)
     junk = b"\x00" * (big["size"] // 3)
-    _cut_upload(local_device.state["port"], m["name"], m["id"], big["name"], junk + b"\x00" * (big["size"] - len(junk)),
-                len(junk))
+    _cut_upload(
+        local_device.state["port"],
+        m["name"],
+        m["id"],
+        big["name"],
+        junk + b"\x00" * (big["size"] - len(junk)),
+        len(junk),
+    )
     result = deploy(int8, local_device, bench=False)["installed"]
     assert result["transfer"]["resumed_bytes"] == 0 and local_device.client.models()[0]["version"] == m["id"]
 

@@ -29,9 +29,13 @@ def hardswish_cnn(path):
         helper.make_node("DepthToSpace", ["r2"], ["d2s"], blocksize=2, mode="CRD", name="d2s"),
         helper.make_node("GlobalAveragePool", ["d2s"], ["y"], name="gap"),
     ]
-    graph = helper.make_graph(nodes, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 1])],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    graph = helper.make_graph(
+        nodes,
+        "hswish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 1])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -50,8 +54,7 @@ def hswish_bundle(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_pixel8(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("explain") / "tiny-pixel8"
-    report = edgekit.build(tiny_model, "pixel-8", out, precision="fp32", input_shapes=["input=1,3,16,16"],
-                           name="tiny")
+    report = edgekit.build(tiny_model, "pixel-8", out, precision="fp32", input_shapes=["input=1,3,16,16"], name="tiny")
     return out, report
 
 
@@ -70,7 +73,7 @@ def test_nnapi_names_the_unsupported_node_reason_and_fix(hswish_bundle):
     erf = fallback["erf"]
     assert erf["op"] == "Erf" and "does not support op type ai.onnx:Erf" in erf["reason"]
     assert "tanh approximation" in erf["fix"]
-    d2s = fallback["d2s"]   # accepted by ORT's checker by op type; its caveat is checked here
+    d2s = fallback["d2s"]  # accepted by ORT's checker by op type; its caveat is checked here
     assert "mode='CRD'" in d2s["reason"] and "Only DCR mode DepthToSpace is supported." in d2s["reason"]
     assert "DCR" in d2s["fix"]
     s = nnapi["summary"]
@@ -151,8 +154,9 @@ def test_required_operators_of_an_ort_format_bundle_parse(hswish_bundle, tmp_pat
 
 def test_openvino_query_model_on_cpu_and_npu_not_checked(tiny_model, tmp_path):
     bundle = tmp_path / "ov"
-    report = edgekit.build(tiny_model, "host", bundle, backend="openvino", precision="fp32",
-                           input_shapes=["input=1,3,16,16"], name="tiny")
+    report = edgekit.build(
+        tiny_model, "host", bundle, backend="openvino", precision="fp32", input_shapes=["input=1,3,16,16"], name="tiny"
+    )
     host = placement.explain(bundle)
     cpu = _target(host, "CPU")
     assert "Core.query_model" in cpu["checked_with"]
@@ -170,8 +174,9 @@ def test_openvino_query_model_on_cpu_and_npu_not_checked(tiny_model, tmp_path):
 
 def test_mnn_opencl_table_and_op_list(tiny_model, tmp_path):
     bundle = tmp_path / "mnn"
-    report = edgekit.build(tiny_model, "pixel-8", bundle, backend="mnn", precision="fp32",
-                           input_shapes=["input=1,3,16,16"], name="tiny")
+    report = edgekit.build(
+        tiny_model, "pixel-8", bundle, backend="mnn", precision="fp32", input_shapes=["input=1,3,16,16"], name="tiny"
+    )
     r = placement.explain(bundle)
     ocl = _target(r, "MNN OPENCL")
     assert ocl["device"] == "Arm Mali-G715"
@@ -188,10 +193,14 @@ def test_mnn_opencl_table_and_op_list(tiny_model, tmp_path):
 def test_tflite_gpu_table_checks_versions_and_unlisted_ops():
     from edgekit import profiles
 
-    nodes = placement.op_list_graph([{"op": "CONV_2D", "count": 2, "version": 1},
-                                     {"op": "DEPTHWISE_CONV_2D", "count": 1, "version": 2},
-                                     {"op": "ADD", "count": 1, "version": 2},
-                                     {"op": "ARG_MAX", "count": 1, "version": 1}])
+    nodes = placement.op_list_graph(
+        [
+            {"op": "CONV_2D", "count": 2, "version": 1},
+            {"op": "DEPTHWISE_CONV_2D", "count": 1, "version": 2},
+            {"op": "ADD", "count": 1, "version": 2},
+            {"op": "ARG_MAX", "count": 1, "version": 1},
+        ]
+    )
     t = placement.tflite_targets(nodes, profiles.load("pixel-8"))[0]
     verdict = {f["op"]: f for f in t["fallback"]}
     assert t["summary"]["on_accelerator"] == 3
@@ -204,8 +213,9 @@ def test_build_survives_a_failing_analysis(tiny_model, tmp_path, monkeypatch):
         raise RuntimeError("simulated")
 
     monkeypatch.setattr(placement, "explain_build", boom)
-    report = edgekit.build(tiny_model, "host", tmp_path / "b", precision="fp32", input_shapes=["input=1,3,16,16"],
-                           use_cache=False)
+    report = edgekit.build(
+        tiny_model, "host", tmp_path / "b", precision="fp32", input_shapes=["input=1,3,16,16"], use_cache=False
+    )
     assert report["placement"] == {"error": "placement analysis failed: RuntimeError: simulated"}
     assert "placement: not computed" in (tmp_path / "b" / "report.txt").read_text()
 
@@ -225,8 +235,18 @@ class _Collect(HTMLParser):
 def test_cli_json_html_and_selective_build(hswish_bundle, tmp_path):
     bundle, model, _ = hswish_bundle
     html_file = tmp_path / "explain.html"
-    p = run_cli("explain", bundle, "--model", model, "--json", "--html", html_file, "--selective-build",
-                tmp_path / "sb", check=0)
+    p = run_cli(
+        "explain",
+        bundle,
+        "--model",
+        model,
+        "--json",
+        "--html",
+        html_file,
+        "--selective-build",
+        tmp_path / "sb",
+        check=0,
+    )
     r = one_json(p.stdout)
     assert _target(r, "NNAPI")["summary"]["partitions"] == 3
     assert r["selective_build_written"]["runtime"] == "onnxruntime"

@@ -12,14 +12,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import run_cli, stop_agent
 
 from edgekit import agent_package
 from edgekit.deployer import deploy, open_device
 from edgekit.errors import EdgekitError
 from edgekit.field import FieldStore, pull, report
 from edgekit_sdk import AgentClient, AgentHTTPError
-
-from conftest import run_cli, stop_agent
 
 X = np.zeros((1, 3, 16, 16), np.float32)
 
@@ -48,7 +47,7 @@ def test_traffic_is_recorded_pulled_and_reported(deployed, store):
     traffic(deployed.client, ok=200, bad=5)
     first = pull(deployed, store)
     assert first["added"] == 205
-    assert pull(deployed, store)["added"] == 0          # idempotent
+    assert pull(deployed, store)["added"] == 0  # idempotent
     r = report(store)
     [e] = r["entries"]
     assert e["requests"] == 205 and e["ok"] == 200 and e["errors"] == 5
@@ -80,7 +79,9 @@ def test_metrics_are_prometheus(deployed):
     hist = families["edgekit_inference_duration_seconds"]
     count = [s for s in hist.samples if s.name.endswith("_count") and s.labels["model"] == "tiny"]
     assert count and count[0].value >= 30
-    reqs = {s.labels["outcome"]: s.value for s in families["edgekit_requests"].samples if s.labels.get("model") == "tiny"}
+    reqs = {
+        s.labels["outcome"]: s.value for s in families["edgekit_requests"].samples if s.labels.get("model") == "tiny"
+    }
     assert reqs["ok"] >= 30 and reqs["bad_request"] == 2
     assert any(s.value >= 1 for s in families["edgekit_model_loads"].samples)
     assert families["edgekit_telemetry_ok"].samples[0].value == 1
@@ -119,8 +120,11 @@ def test_records_survive_kill_9(tmp_path, tiny_bundle, store):
     root = tmp_path / "dev"
     pyz, _ = agent_package.build(tmp_path)
     flush = 0.05
-    subprocess.run([sys.executable, str(pyz), "start", "--root", str(root), "--flush-interval", str(flush)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(pyz), "start", "--root", str(root), "--flush-interval", str(flush)],
+        check=True,
+        capture_output=True,
+    )
     dev = open_device("local", device_root=str(root))
     try:
         deploy(tiny_bundle, dev, bench=False)
@@ -146,7 +150,7 @@ def test_records_survive_kill_9(tmp_path, tiny_bundle, store):
         client.close()
         db = root / "telemetry" / "records.db"
         assert sqlite3.connect(str(db)).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        dev.ensure_agent()                         # a fresh agent on the same store
+        dev.ensure_agent()  # a fresh agent on the same store
         pull(dev, store)
         stored = store.db.execute("SELECT COUNT(*) FROM records WHERE outcome='ok'").fetchone()[0]
         settled = sum(1 for a in acked if a < t_kill - 3 * flush)
@@ -172,7 +176,7 @@ def test_corrupt_device_store_is_reported_not_emptied(tmp_path, tiny_bundle, sto
         dev.ensure_agent()
         health = dev.client.health()
         assert health["telemetry"]["ok"] is False and "unreadable" in health["telemetry"]["error"]
-        dev.client.infer("tiny", {"input": X})     # still serving
+        dev.client.infer("tiny", {"input": X})  # still serving
         with pytest.raises(EdgekitError, match="not usable"):
             pull(dev, store)
         assert db.read_bytes() == garbage
@@ -191,8 +195,14 @@ def test_host_store_corruption_is_reported(tmp_path):
 
 def test_pull_over_ssh(sshd, tiny_bundle, tmp_path, store):
     root = tmp_path / "remote"
-    dev = open_device("ssh", f"root@127.0.0.1:{sshd.port}", device_python=sys.executable, device_root=str(root),
-                      key_file=sshd.client_key, known_hosts=sshd.known_hosts)
+    dev = open_device(
+        "ssh",
+        f"root@127.0.0.1:{sshd.port}",
+        device_python=sys.executable,
+        device_root=str(root),
+        key_file=sshd.client_key,
+        known_hosts=sshd.known_hosts,
+    )
     try:
         deploy(tiny_bundle, dev, bench=False)
         traffic(dev.client, ok=120)
@@ -208,25 +218,32 @@ def test_regression_after_a_deploy_is_flagged(store):
     """Host logic on synthetic rows: version b is 50 % slower than a on the same device."""
     now = time.time()
     sid = "s1"
-    rows = [(sid, i, now - 600 + i, "m", "a", "ort", "CPU", "", 0.1, 1.0 + 0.01 * (i % 5), None, None, "ok", None)
-            for i in range(1, 101)]
-    rows += [(sid, i, now - 300 + i, "m", "b", "ort", "CPU", "", 0.1, 1.5 + 0.01 * (i % 5), None, None, "ok", None)
-             for i in range(101, 201)]
+    rows = [
+        (sid, i, now - 600 + i, "m", "a", "ort", "CPU", "", 0.1, 1.0 + 0.01 * (i % 5), None, None, "ok", None)
+        for i in range(1, 101)
+    ]
+    rows += [
+        (sid, i, now - 300 + i, "m", "b", "ort", "CPU", "", 0.1, 1.5 + 0.01 * (i % 5), None, None, "ok", None)
+        for i in range(101, 201)
+    ]
     store.db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    store.db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)",
-                         [(sid, 1, now - 601, "install", "m", "a", None), (sid, 2, now - 301, "install", "m", "b", None)])
+    store.db.executemany(
+        "INSERT INTO events VALUES (?,?,?,?,?,?,?)",
+        [(sid, 1, now - 601, "install", "m", "a", None), (sid, 2, now - 301, "install", "m", "b", None)],
+    )
     r = report(store, since="1h")
     [g] = r["regressions"]
     assert (g["from"], g["to"]) == ("a", "b") and g["change"] == pytest.approx(0.5, abs=0.05)
     assert report(store, since="1s")["records"] == 0
 
 
-def test_field_cli_and_html_report_in_chromium(local_device, tiny_bundle, tiny_model, tiny_calib, tmp_path,
-                                               monkeypatch):
+def test_field_cli_and_html_report_in_chromium(
+    local_device, tiny_bundle, tiny_model, tiny_calib, tmp_path, monkeypatch
+):
     import edgekit
 
-    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))   # this test's own host-side field store
-    deploy(tiny_bundle, local_device, runs=20, warmup=2)                # lab figures of version 1
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))  # this test's own host-side field store
+    deploy(tiny_bundle, local_device, runs=20, warmup=2)  # lab figures of version 1
     traffic(local_device.client, ok=150, bad=3)
     v2 = tmp_path / "v2"
     edgekit.build(tiny_model, "host", v2, precision="fp16", calib=tiny_calib, name="tiny")
@@ -245,21 +262,39 @@ def test_field_cli_and_html_report_in_chromium(local_device, tiny_bundle, tiny_m
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium is needed for this test: bash scripts/bootstrap.sh --test installs it"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
-    for marker in ('class="chart histogram"', 'class="chart timeline"', 'class="chart labfield"', 'id="summary"',
-                   'class="deploy"', 'class="cdf"'):
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chrome'}",
+    ]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
+    for marker in (
+        'class="chart histogram"',
+        'class="chart timeline"',
+        'class="chart labfield"',
+        'id="summary"',
+        'class="deploy"',
+        'class="cdf"',
+    ):
         assert marker in dom, marker
     png = tmp_path / "shot.png"
-    subprocess.run([chromium, *flags, f"--screenshot={png}", "--window-size=1200,1600", html.as_uri()],
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [chromium, *flags, f"--screenshot={png}", "--window-size=1200,1600", html.as_uri()],
+        capture_output=True,
+        timeout=120,
+    )
     from PIL import Image
 
     img = np.asarray(Image.open(png).convert("RGB")).astype(int)
     assert img.shape[:2] == (1600, 1200)
-    blue = ((img[:, :, 2] > 200) & (img[:, :, 0] < 120)).sum()       # histogram bars, p50 line
+    blue = ((img[:, :, 2] > 200) & (img[:, :, 0] < 120)).sum()  # histogram bars, p50 line
     green = ((img[:, :, 1] > 100) & (img[:, :, 0] < 60) & (img[:, :, 2] < 80)).sum()  # field bars
     assert blue > 2000 and green > 500, (blue, green)
 
@@ -267,15 +302,18 @@ def test_field_cli_and_html_report_in_chromium(local_device, tiny_bundle, tiny_m
 def test_late_annotations_reach_the_host_and_bad_ids_are_refused(deployed, store):
     c = deployed.client
     _, meta = c.infer("tiny", {"input": X}, with_meta=True)
-    pull(deployed, store)                                   # the row is on the host before the app reports
+    pull(deployed, store)  # the row is on the host before the app reports
     c.annotate(meta["request_id"], pre_ms=2.0, post_ms=3.0)
     pull(deployed, store)
-    assert store.db.execute("SELECT pre_ms, post_ms FROM records WHERE id=?", (meta["request_id"],)).fetchone() == (2.0, 3.0)
-    for bad in (10 ** 20, -1, "7", True):
+    assert store.db.execute("SELECT pre_ms, post_ms FROM records WHERE id=?", (meta["request_id"],)).fetchone() == (
+        2.0,
+        3.0,
+    )
+    for bad in (10**20, -1, "7", True):
         with pytest.raises(AgentHTTPError) as e:
             c.request("POST", "/v1/telemetry/annotate", {"request_id": bad, "pre_ms": 1})
         assert e.value.status == 400
-    traffic(c, ok=5)                                         # recording still works
+    traffic(c, ok=5)  # recording still works
     assert pull(deployed, store)["added"] == 5
 
 
@@ -325,11 +363,11 @@ def test_recorder_never_reuses_ids_and_keeps_rows_when_a_write_fails(tmp_path, m
     monkeypatch.setattr(telemetry.Recorder, "_aggregate", staticmethod(fail_once))
     with pytest.raises(sqlite3.OperationalError):
         rec.flush()
-    assert len(rec.queue) == 10                              # nothing lost
+    assert len(rec.queue) == 10  # nothing lost
     rec.flush()
     assert rec.persisted == 10 and not rec.queue
     rec.max_age_s = 0
-    rec.prune_now()                                          # everything aged out
+    rec.prune_now()  # everything aged out
     rec.close()
     again = telemetry.Recorder(str(tmp_path), flush_interval=3600)
     assert again.record("m", "v", "ort", "CPU", "1", 0.1, 1.0, "ok") == 11
@@ -340,8 +378,11 @@ def test_report_survives_failed_lookups_and_still_sees_regressions(store):
     from edgekit.field import report_text
 
     test_regression_after_a_deploy_is_flagged(store)
-    store.db.execute("INSERT INTO records VALUES ('s1', 500, ?, 'm', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
-                     " 'unknown_model', 'unknown model')", (time.time() - 100,))
+    store.db.execute(
+        "INSERT INTO records VALUES ('s1', 500, ?, 'm', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+        " 'unknown_model', 'unknown model')",
+        (time.time() - 100,),
+    )
     r = report(store)
     assert len(r["regressions"]) == 1
     assert "REGRESSION" in report_text(r)

@@ -5,43 +5,47 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import run_cli, stop_agent
 
 from edgekit import fleet
 from edgekit.fleet import InventoryError, load_inventory, parse_url
 
-from conftest import run_cli, stop_agent
-
 
 # -- URLs ---------------------------------------------------------------------------
-@pytest.mark.parametrize("url, expected", [
-    ("ssh://pi@10.0.0.5", ("ssh", "pi@10.0.0.5", {})),
-    ("ssh://pi@10.0.0.5:2200", ("ssh", "pi@10.0.0.5:2200", {})),
-    ("ssh://raspberrypi.local", ("ssh", "raspberrypi.local", {})),
-    ("ssh://pi@[fe80::1]:22", ("ssh", "pi@[fe80::1]:22", {})),
-    ("adb://R58M123ABC", ("adb", "R58M123ABC", {})),
-    ("adb://", ("adb", None, {})),
-    ("serial:///dev/ttyUSB0?baud=115200", ("serial", "/dev/ttyUSB0", {"baud": 115200})),
-    ("serial:///dev/ttyACM1", ("serial", "/dev/ttyACM1", {})),
-    ("local://", ("local", None, {})),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("ssh://pi@10.0.0.5", ("ssh", "pi@10.0.0.5", {})),
+        ("ssh://pi@10.0.0.5:2200", ("ssh", "pi@10.0.0.5:2200", {})),
+        ("ssh://raspberrypi.local", ("ssh", "raspberrypi.local", {})),
+        ("ssh://pi@[fe80::1]:22", ("ssh", "pi@[fe80::1]:22", {})),
+        ("adb://R58M123ABC", ("adb", "R58M123ABC", {})),
+        ("adb://", ("adb", None, {})),
+        ("serial:///dev/ttyUSB0?baud=115200", ("serial", "/dev/ttyUSB0", {"baud": 115200})),
+        ("serial:///dev/ttyACM1", ("serial", "/dev/ttyACM1", {})),
+        ("local://", ("local", None, {})),
+    ],
+)
 def test_parse_url(url, expected):
     assert parse_url(url) == expected
 
 
-@pytest.mark.parametrize("url, says", [
-    ("10.0.0.5", "not a device URL"),
-    ("http://10.0.0.5", "unknown scheme 'http'"),
-    ("ssh://", "has no host"),
-    ("ssh://pi@host:99999", "bad port"),
-    ("ssh://pi@host/path", "only USER@HOST"),
-    ("serial://dev/ttyUSB0", "three slashes"),
-    ("serial:///dev/ttyUSB0?baud=fast", "baud must be a positive integer"),
-    ("serial:///dev/ttyUSB0?parity=even", "unknown option 'parity'"),
-    ("local://somewhere", "local:// takes no host"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("10.0.0.5", "not a device URL"),
+        ("http://10.0.0.5", "unknown scheme 'http'"),
+        ("ssh://", "has no host"),
+        ("ssh://pi@host:99999", "bad port"),
+        ("ssh://pi@host/path", "only USER@HOST"),
+        ("serial://dev/ttyUSB0", "three slashes"),
+        ("serial:///dev/ttyUSB0?baud=fast", "baud must be a positive integer"),
+        ("serial:///dev/ttyUSB0?parity=even", "unknown option 'parity'"),
+        ("local://somewhere", "local:// takes no host"),
+    ],
+)
 def test_parse_url_errors(url, says):
     with pytest.raises(ValueError, match=says):
         parse_url(url)
@@ -91,8 +95,12 @@ def test_inventory_parses_defaults_paths_and_tags(tmp_path):
     assert [d.name for d in devices] == ["pi-1", "phone", "board", "here"]
     pi, phone, board, here = devices
     assert (pi.kind, pi.target, pi.profile) == ("ssh", "pi@10.0.0.5", "raspberrypi5")
-    assert pi.options == {"key_file": str(tmp_path / "id_test"), "ssh_config": None, "known_hosts": None,
-                          "timeout": 5.0}
+    assert pi.options == {
+        "key_file": str(tmp_path / "id_test"),
+        "ssh_config": None,
+        "known_hosts": None,
+        "timeout": 5.0,
+    }
     assert pi.python == "/usr/bin/python3" and board.python == "/opt/py/bin/python3"
     assert (phone.kind, phone.target, phone.device_timeout) == ("adb", "R58M123ABC", 60)
     assert (board.kind, board.target, board.options) == ("serial", "/dev/ttyUSB0", {"baud": 921600})
@@ -102,24 +110,32 @@ def test_inventory_parses_defaults_paths_and_tags(tmp_path):
         load_inventory(tmp_path / "devices.toml", tag="nope")
 
 
-@pytest.mark.parametrize("text, says", [
-    ('[[device]]\nname = "a"\n', "device #1 ('a'): missing field 'url'"),
-    ('[[device]]\nurl = "local://"\n', "device #1: missing field 'name'"),
-    ('[[device]]\nname = "a"\nurl = "local://"\n[[device]]\nname = "a"\nurl = "local://"\n',
-     "device #2 ('a'): name 'a' is already used by device #1"),
-    ('[[device]]\nname = "a"\nurl = "local://"\nport = 22\n', "device #1 ('a'): unknown field 'port'"),
-    ('[[device]]\nname = "a"\nurl = "local://"\ntags = "lab"\n', "field 'tags' must be a list of strings"),
-    ('[[device]]\nname = "a"\nurl = "local://"\ndevice_timeout = -1\n', "field 'device_timeout' must be positive"),
-    ('[[device]]\nname = "a"\nurl = "ftp://x"\n', "device #1 ('a'): field 'url': unknown scheme 'ftp'"),
-    ('[[device]]\nname = "a"\nurl = "local://"\nprofile = "toaster"\n', "field 'profile': unknown profile 'toaster'"),
-    ('[[device]]\nname = "a"\nurl = "ssh://pi@h"\nkey = "missing_key"\n', "field 'key': no such file"),
-    ('[[device]]\nname = "a b"\nurl = "local://"\n', "field 'name' must be letters"),
-    ('[[device]]\nname = "a"\nurl = "local://"\nknown_hosts = "devices.toml"\n', "applies to ssh:// devices only"),
-    ('[defaults]\nname = "x"\n[[device]]\nname = "a"\nurl = "local://"\n', "[defaults]: unknown field 'name'"),
-    ('name = "a"\n', "unknown top-level key(s) name"),
-    ('', "no devices"),
-    ('[[device]\nname=', "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('[[device]]\nname = "a"\n', "device #1 ('a'): missing field 'url'"),
+        ('[[device]]\nurl = "local://"\n', "device #1: missing field 'name'"),
+        (
+            '[[device]]\nname = "a"\nurl = "local://"\n[[device]]\nname = "a"\nurl = "local://"\n',
+            "device #2 ('a'): name 'a' is already used by device #1",
+        ),
+        ('[[device]]\nname = "a"\nurl = "local://"\nport = 22\n', "device #1 ('a'): unknown field 'port'"),
+        ('[[device]]\nname = "a"\nurl = "local://"\ntags = "lab"\n', "field 'tags' must be a list of strings"),
+        ('[[device]]\nname = "a"\nurl = "local://"\ndevice_timeout = -1\n', "field 'device_timeout' must be positive"),
+        ('[[device]]\nname = "a"\nurl = "ftp://x"\n', "device #1 ('a'): field 'url': unknown scheme 'ftp'"),
+        (
+            '[[device]]\nname = "a"\nurl = "local://"\nprofile = "toaster"\n',
+            "field 'profile': unknown profile 'toaster'",
+        ),
+        ('[[device]]\nname = "a"\nurl = "ssh://pi@h"\nkey = "missing_key"\n', "field 'key': no such file"),
+        ('[[device]]\nname = "a b"\nurl = "local://"\n', "field 'name' must be letters"),
+        ('[[device]]\nname = "a"\nurl = "local://"\nknown_hosts = "devices.toml"\n', "applies to ssh:// devices only"),
+        ('[defaults]\nname = "x"\n[[device]]\nname = "a"\nurl = "local://"\n', "[defaults]: unknown field 'name'"),
+        ('name = "a"\n', "unknown top-level key(s) name"),
+        ("", "no devices"),
+        ("[[device]\nname=", "is not valid TOML"),
+    ],
+)
 def test_inventory_errors_name_the_entry_and_field(tmp_path, text, says):
     with pytest.raises(InventoryError) as e:
         load_inventory(write(tmp_path, text))
@@ -153,8 +169,10 @@ def local_roots(tmp_path):
 
 
 def test_local_fleet_api_deploy_then_bench(tmp_path, tiny_bundle, local_roots):
-    text = "".join(f'[[device]]\nname = "d{i}"\nurl = "local://"\nroot = "{r}"\ntags = ["t{i % 2}"]\n'
-                   for i, r in enumerate(local_roots))
+    text = "".join(
+        f'[[device]]\nname = "d{i}"\nurl = "local://"\nroot = "{r}"\ntags = ["t{i % 2}"]\n'
+        for i, r in enumerate(local_roots)
+    )
     text += '[[device]]\nname = "gone"\nurl = "local://"\npython = "/nonexistent/python3"\n'
     devices = load_inventory(write(tmp_path, text))
     seen = []
@@ -183,11 +201,13 @@ def test_local_fleet_api_deploy_then_bench(tmp_path, tiny_bundle, local_roots):
 
 def test_device_deadline_gives_a_timeout_row_and_does_not_block_others(tmp_path, tiny_bundle, local_roots):
     slow_python = tmp_path / "slow-python"
-    slow_python.write_text(f"#!/bin/sh\nsleep 4\nexec {sys.executable} \"$@\"\n")
+    slow_python.write_text(f'#!/bin/sh\nsleep 4\nexec {sys.executable} "$@"\n')
     slow_python.chmod(0o755)
-    text = (f'[[device]]\nname = "fast"\nurl = "local://"\nroot = "{local_roots[0]}"\n'
-            f'[[device]]\nname = "stuck"\nurl = "local://"\nroot = "{local_roots[1]}"\npython = "{slow_python}"\n'
-            'device_timeout = 1.5\n')
+    text = (
+        f'[[device]]\nname = "fast"\nurl = "local://"\nroot = "{local_roots[0]}"\n'
+        f'[[device]]\nname = "stuck"\nurl = "local://"\nroot = "{local_roots[1]}"\npython = "{slow_python}"\n'
+        "device_timeout = 1.5\n"
+    )
     devices = load_inventory(write(tmp_path, text))
     rows = fleet.deploy_fleet(tiny_bundle, devices, jobs=1, runs=5, warmup=1)
     stuck = next(r for r in rows if r["name"] == "stuck")
@@ -218,8 +238,13 @@ def lab(tmp_path_factory):
 
 def lab_cli(lab, *args):
     """The real `edgekit` command, run where the emulated devices are reachable."""
-    p = subprocess.run(lab.exec_prefix + [sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True,
-                       text=True, timeout=600, env=dict(os.environ))
+    p = subprocess.run(
+        lab.exec_prefix + [sys.executable, "-m", "edgekit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+    )
     return p
 
 
@@ -231,8 +256,22 @@ def _netns_of(pid):
 def test_fleet_of_ten_emulated_devices_over_the_network(lab, tmp_path, tiny_bundle):
     inv = tmp_path / "fleet.toml"
     inv.write_text(lab.inventory(lab.devices, lab.roots, extra={3: {"connect_timeout": 3}}))
-    p = lab_cli(lab, "deploy", tiny_bundle, "--fleet", inv, "--jobs", 10, "--runs", 20, "--warmup", 2,
-                "--device-timeout", 240, "--json")
+    p = lab_cli(
+        lab,
+        "deploy",
+        tiny_bundle,
+        "--fleet",
+        inv,
+        "--jobs",
+        10,
+        "--runs",
+        20,
+        "--warmup",
+        2,
+        "--device-timeout",
+        240,
+        "--json",
+    )
     assert p.returncode == 4, p.stderr
     out = json.loads(p.stdout)
     rows = {r["name"]: r for r in out["devices"]}
@@ -336,13 +375,21 @@ def test_connect_timeout_reaches_the_serial_transport(tmp_path, tiny_bundle):
     assert "within 1 s" in rows[0]["error"]  # not the default 10 s
 
 
-@pytest.mark.parametrize("url, says", [("adb://R58M123ABC", "the adb server holds the connection"),
-                                       ("local://", "nothing to connect to")])
+@pytest.mark.parametrize(
+    "url, says", [("adb://R58M123ABC", "the adb server holds the connection"), ("local://", "nothing to connect to")]
+)
 def test_connect_timeout_is_refused_where_there_is_no_connection_to_time_out(tmp_path, url, says):
-    with pytest.raises(InventoryError, match="field 'connect_timeout' applies to ssh:// and serial:// devices only") as e:
+    with pytest.raises(
+        InventoryError, match="field 'connect_timeout' applies to ssh:// and serial:// devices only"
+    ) as e:
         load_inventory(write(tmp_path, f'[[device]]\nname = "a"\nurl = "{url}"\nconnect_timeout = 5\n'))
     assert says in str(e.value)
     # from [defaults] it applies to the devices that have a connection and is no error for the others
-    devices = load_inventory(write(tmp_path, f'[defaults]\nconnect_timeout = 5\n[[device]]\nname = "a"\nurl = "{url}"\n'
-                                   '[[device]]\nname = "b"\nurl = "serial:///dev/ttyUSB0"\n'))
+    devices = load_inventory(
+        write(
+            tmp_path,
+            f'[defaults]\nconnect_timeout = 5\n[[device]]\nname = "a"\nurl = "{url}"\n'
+            '[[device]]\nname = "b"\nurl = "serial:///dev/ttyUSB0"\n',
+        )
+    )
     assert devices[1].options == {"timeout": 5.0}

@@ -13,8 +13,9 @@ from conftest import PPOCR, run_cli, stop_agent
 from edgekit import toolenvs
 from edgekit.converters import get
 
-pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
-                                reason="the mindspore-lite wheel on PyPI is for Linux x86_64")
+pytestmark = pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64"), reason="the mindspore-lite wheel on PyPI is for Linux x86_64"
+)
 BE = get("mindspore-lite")
 BE_TOOLS = Path(__file__).resolve().parent.parent / "converters" / "tools"
 OUT = "save_infer_model/scale_0.tmp_1"
@@ -37,8 +38,22 @@ def ppocr(env_python, tmp_path_factory, textlines):
     out = {}
     for precision in ("fp32", "fp16"):
         d = tmp_path_factory.mktemp("bundles") / f"ppocr-{precision}"
-        out[precision] = d, _build(PPOCR, "--profile", "host", "--precision", precision, "--val", textlines,
-                                   "--input-shape", "x=1,3,48,192", "-o", d)
+        out[precision] = (
+            d,
+            _build(
+                PPOCR,
+                "--profile",
+                "host",
+                "--precision",
+                precision,
+                "--val",
+                textlines,
+                "--input-shape",
+                "x=1,3,48,192",
+                "-o",
+                d,
+            ),
+        )
     return out
 
 
@@ -65,8 +80,9 @@ def test_deploy_locally_under_the_env_python(ppocr, env_python, tmp_path):
     root = tmp_path / "device"
     try:
         for precision in ("fp32", "fp16"):
-            p = run_cli("deploy", ppocr[precision][0], "--local", "--device-root", root, "--runs", "20", "--json",
-                        check=0)
+            p = run_cli(
+                "deploy", ppocr[precision][0], "--local", "--device-root", root, "--runs", "20", "--json", check=0
+            )
             b = json.loads(p.stdout)
             assert b["backend"] == "mindspore-lite" and b["precision"] == precision and b["accelerator"] == "CPU"
             assert b["device"]["python"].startswith("3.7")
@@ -81,7 +97,9 @@ def test_mobilenetv2_fp16(env_python, tmp_path):
 
     src = tmp_path / "mobilenetv2.onnx"
     make_mobilenetv2(src)
-    r = _build(src, "--profile", "host", "--precision", "fp16", "--input-shape", "input=1,3,224,224", "-o", tmp_path / "m")
+    r = _build(
+        src, "--profile", "host", "--precision", "fp16", "--input-shape", "input=1,3,224,224", "-o", tmp_path / "m"
+    )
     steps = {s["step"]: s["outputs"]["logits"] for s in r["fidelity"]["steps"]}
     assert steps["fp32 (ONNX -> MindSpore Lite .ms)"]["cosine_mean"] > 0.99999
     assert steps["fp16 weights (Converter.weight_fp16)"]["top1_agreement"] == 1.0
@@ -112,8 +130,12 @@ def test_hardsigmoid_rewrite_keeps_the_values_in_both_clip_forms(tmp_path, opset
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     node = helper.make_node("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)
-    g = helper.make_graph([node], "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    g = helper.make_graph(
+        [node],
+        "hs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
     x = np.linspace(-6, 6, 16, dtype=np.float32).reshape(2, 8)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -130,10 +152,19 @@ def test_opset10_hardsigmoid_model_converts_and_matches(env_python, tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], strides=[1, 1], dilations=[1, 1], group=1),
-             helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.2, beta=0.5)]
-    g = helper.make_graph(nodes, "hs10", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], strides=[1, 1], dilations=[1, 1], group=1
+        ),
+        helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.2, beta=0.5),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "hs10",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
     src = tmp_path / "hs10.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)], ir_version=6), str(src))
     r = _build(src, "--profile", "host", "--precision", "fp32", "-o", tmp_path / "out")

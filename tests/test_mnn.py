@@ -7,12 +7,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import PPOCR, one_json, run_cli, stop_agent
 
 import edgekit
 from edgekit import bundle, profiles
 from edgekit.errors import DataError
-
-from conftest import PPOCR, one_json, run_cli, stop_agent
 
 pytest.importorskip("MNN")
 
@@ -34,8 +33,17 @@ def ppocr(tmp_path_factory, textlines):
     for precision in ("fp32", "fp16", "int8-weights", "int4-weights", "int8"):
         out = base / precision
         extra = INT4_THRESHOLDS if precision == "int4-weights" else {}
-        report = edgekit.build(PPOCR, "host", out, backend="mnn", precision=precision, calib=textlines,
-                               input_shapes=SHAPE, name="ppocr-" + precision, **extra)
+        report = edgekit.build(
+            PPOCR,
+            "host",
+            out,
+            backend="mnn",
+            precision=precision,
+            calib=textlines,
+            input_shapes=SHAPE,
+            name="ppocr-" + precision,
+            **extra,
+        )
         builds[precision] = (report, out)
     return builds
 
@@ -45,13 +53,18 @@ def test_fp32_bundle(ppocr):
     m = bundle.load(out)
     assert m["backend"] == "mnn" and m["format"] == "mnn" and m["model"] == "model.mnn"
     assert m["runtime"]["name"] == "MNN" and m["runtime"]["version"]
-    assert m["runner"] == {"backend": "CPU", "precision_mode": "normal", "power_mode": "normal", "memory_mode": "normal"}
+    assert m["runner"] == {
+        "backend": "CPU",
+        "precision_mode": "normal",
+        "power_mode": "normal",
+        "memory_mode": "normal",
+    }
     assert [s["step"] for s in r["fidelity"]["steps"]] == ["fp32 (ONNX -> MNN)"]
     s = _last(r)
     assert s["cosine_mean"] > 0.99999 and s["top1_agreement"] == 1.0
     assert s["accuracy_reference"] > 85.0 and s["accuracy"] == s["accuracy_reference"]
-    assert {"Conv", "Softmax"} <= {o["op"] for o in r["ops"]}           # the ONNX model's operators
-    assert r["mnn"]["model_ops"]["Convolution"] > 10                   # and MNN's, from its own dump
+    assert {"Conv", "Softmax"} <= {o["op"] for o in r["ops"]}  # the ONNX model's operators
+    assert r["mnn"]["model_ops"]["Convolution"] > 10  # and MNN's, from its own dump
     assert r["mnn"]["reference_runtime"].startswith("onnxruntime")
     assert r["host_latency"] is None  # fp32 is the reference converted: nothing to time it against
 
@@ -81,7 +94,7 @@ def test_int8_calibrated_with_real_text_lines(ppocr):
     r, out = ppocr["int8"]
     s = _last(r)
     assert s["accuracy_reference"] > 85.0
-    assert s["accuracy"] >= s["accuracy_reference"] - 1.0      # within 1 point of FP32
+    assert s["accuracy"] >= s["accuracy_reference"] - 1.0  # within 1 point of FP32
     assert s["top1_agreement"] >= 0.9 and s["cosine_mean"] >= 0.98
     q = r["quantization"]
     assert q["calibration_samples"] == 200 and q["calibration_input"].startswith("raw tensors")
@@ -129,7 +142,7 @@ def test_outputs_are_copies_not_views_of_mnn_memory(ppocr, textlines):
     first = m.run({"x": x[:1]})[OUT]
     kept = first.copy()
     for i in range(1, 20):
-        m.run({"x": x[i:i + 1]})
+        m.run({"x": x[i : i + 1]})
     np.testing.assert_array_equal(first, kept)
     assert np.all(np.abs(first) <= 1.0)  # softmax probabilities, not 1e24-sized garbage
 
@@ -144,8 +157,15 @@ def test_absent_backend_reports_what_really_ran(ppocr):
     runner = MNNRunner(str(out), manifest, threads=1)
     runner.load()
     info = runner.describe()
-    assert set(info) == {"runtime", "runtime_version", "accelerators_requested", "accelerators_active",
-                         "accelerator", "threads", "warnings"}
+    assert set(info) == {
+        "runtime",
+        "runtime_version",
+        "accelerators_requested",
+        "accelerators_active",
+        "accelerator",
+        "threads",
+        "warnings",
+    }
     assert info["runtime"] == "mnn" and info["accelerators_requested"] == ["VULKAN"]
     assert info["accelerator"] == "CPU" and info["accelerators_active"] == ["CPU"]
     assert any("VULKAN was requested" in w and "ran on CPU" in w for w in info["warnings"])
@@ -160,7 +180,11 @@ def test_deploy_locally_through_the_agent(ppocr, local_device):
 
     out = ppocr["fp32"][1]
     r = deploy(out, local_device, runs=20, warmup=2)
-    assert r["runtime"] == "mnn" and r["backend"] == "mnn" and r["runtime_version"] == bundle.load(out)["runtime"]["version"]
+    assert (
+        r["runtime"] == "mnn"
+        and r["backend"] == "mnn"
+        and r["runtime_version"] == bundle.load(out)["runtime"]["version"]
+    )
     assert r["accelerator"] == "CPU" and r["accelerators_requested"] == ["CPU"] and r["placement"]["CPU"] > 10
     assert r["latency_ms"]["p50"] > 0 and r["device_fidelity"]["passed"]
     assert local_device.client.health()["runtimes"]["mnn"]
@@ -178,8 +202,14 @@ def test_deploy_int8_over_ssh(ppocr, sshd, tmp_path):
 
     root = tmp_path / "remote-device"
     try:
-        with open_device("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", device_python=sys.executable,
-                         device_root=str(root), key_file=sshd.client_key, known_hosts=sshd.known_hosts) as dev:
+        with open_device(
+            "ssh",
+            f"{sshd.user}@{sshd.host}:{sshd.port}",
+            device_python=sys.executable,
+            device_root=str(root),
+            key_file=sshd.client_key,
+            known_hosts=sshd.known_hosts,
+        ) as dev:
             r = deploy(ppocr["int8"][1], dev, runs=10, warmup=2)
     finally:
         stop_agent(sys.executable, root)
@@ -196,7 +226,9 @@ def test_mobilenetv2_fp32_through_the_agent(tmp_path, local_device):
 
     src = tmp_path / "mobilenetv2.onnx"
     make_mobilenetv2(src)
-    r = edgekit.build(src, "host", tmp_path / "mnv2", backend="mnn", precision="fp32", input_shapes=["input=1,3,224,224"])
+    r = edgekit.build(
+        src, "host", tmp_path / "mnv2", backend="mnn", precision="fp32", input_shapes=["input=1,3,224,224"]
+    )
     s = r["fidelity"]["steps"][0]["outputs"]["logits"]
     assert s["cosine_mean"] > 0.99999 and s["top1_agreement"] == 1.0
     assert r["mnn"]["model_ops"]["ConvolutionDepthwise"] == 17
@@ -207,18 +239,35 @@ def test_mobilenetv2_fp32_through_the_agent(tmp_path, local_device):
 
 def test_json_stdout_is_one_object(tmp_path, tiny_model):
     # the trap: MNN prints from C++ on import, on stdout
-    p = subprocess.run([sys.executable, "-c", "import MNN, json; print(json.dumps({'ok': 1}))"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", "import MNN, json; print(json.dumps({'ok': 1}))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stdout.strip() != '{"ok": 1}' and "device supports" in p.stdout
     # edgekit keeps it off stdout: exactly one JSON object, with MNN's text on stderr
-    p = run_cli("build", tiny_model, "--profile", "raspberrypi5", "--backend", "mnn", "--precision", "fp16",
-                "-o", tmp_path / "b", "--no-cache", "--json", check=0)
+    p = run_cli(
+        "build",
+        tiny_model,
+        "--profile",
+        "raspberrypi5",
+        "--backend",
+        "mnn",
+        "--precision",
+        "fp16",
+        "-o",
+        tmp_path / "b",
+        "--no-cache",
+        "--json",
+        check=0,
+    )
     r = one_json(p.stdout)
     assert r["backend"] == "mnn" and r["precision"] == "fp16"
     assert "device supports" in p.stderr
 
 
-SANDBOX_SITE = r'''
+SANDBOX_SITE = r"""
 import os, socket, subprocess, sys
 
 LOG = os.environ["EDGEKIT_SANDBOX_LOG"]
@@ -263,7 +312,7 @@ class Watch:
             raise ImportError("not in this sandbox: " + name)
         return None
 sys.meta_path.insert(0, Watch())
-'''
+"""
 
 
 def test_no_install_and_no_network(tmp_path, tiny_model, tiny_calib):
@@ -279,18 +328,39 @@ def test_no_install_and_no_network(tmp_path, tiny_model, tiny_calib):
         f = bindir / tool
         f.write_text(f'#!/bin/sh\necho "pip\t{tool} $*" >> "{log}"\nexit 1\n')
         f.chmod(0o755)
-    env = {"PYTHONPATH": os.pathsep.join([str(site)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-           "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "EDGEKIT_SANDBOX_LOG": str(log)}
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(site)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        "EDGEKIT_SANDBOX_LOG": str(log),
+    }
 
     # the harness catches what MNN's own wrappers do on import (recorded and refused, never done)
-    subprocess.run([sys.executable, "-c", "import MNN.tools"], env=dict(os.environ, **env), capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", "import MNN.tools"], env=dict(os.environ, **env), capture_output=True, timeout=120
+    )
     caught = log.read_text()
     assert "import\tMNN.tools" in caught and "system\tpip install -U aliyun-log-python-sdk" in caught
     log.unlink()
 
-    p = run_cli("build", tiny_model, "--profile", "raspberrypi5", "--backend", "mnn", "--precision", "int8",
-                "--calib", tiny_calib, "--min-top1", "0.5", "-o", tmp_path / "b", "--no-cache", "--json", env=env)
+    p = run_cli(
+        "build",
+        tiny_model,
+        "--profile",
+        "raspberrypi5",
+        "--backend",
+        "mnn",
+        "--precision",
+        "int8",
+        "--calib",
+        tiny_calib,
+        "--min-top1",
+        "0.5",
+        "-o",
+        tmp_path / "b",
+        "--no-cache",
+        "--json",
+        env=env,
+    )
     # (--min-top1: the random tiny model's class probabilities are near-uniform, cosine is what tells)
     assert p.returncode == 0, p.stderr[-2000:]
     r = one_json(p.stdout)

@@ -10,12 +10,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import PPOCR, stop_agent
 
 import edgekit
 from edgekit import bundle
 from edgekit.errors import DataError
-
-from conftest import PPOCR, stop_agent
 
 # find_spec, not importorskip: a plain `import openvino` would send usage data before edgekit can stop it
 if importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None:
@@ -32,8 +31,16 @@ def ppocr(tmp_path_factory, textlines):
     built = {}
     for precision in ("fp32", "fp16", "int8", "int8-weights"):
         out = base / precision
-        r = edgekit.build(PPOCR, "host", out, backend="openvino", precision=precision, calib=textlines,
-                          input_shapes=SHAPE, name=f"ppocr-ov-{precision}")
+        r = edgekit.build(
+            PPOCR,
+            "host",
+            out,
+            backend="openvino",
+            precision=precision,
+            calib=textlines,
+            input_shapes=SHAPE,
+            name=f"ppocr-ov-{precision}",
+        )
         built[precision] = (out, r)
     return built
 
@@ -79,7 +86,8 @@ def test_fp32_ir_bundle_executes_at_f32(ppocr, textlines):
             compiled = be.core().compile_model(str(out / "model.xml"), "CPU", config)
             request = compiled.create_infer_request()
             runs[compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()] = np.concatenate(
-                [request.infer({"x": x[None]})[compiled.outputs[0]] for x in np.load(textlines)["x"][:64]])
+                [request.infer({"x": x[None]})[compiled.outputs[0]] for x in np.load(textlines)["x"][:64]]
+            )
         assert set(runs) == {"bf16", "f32"}
         assert np.abs(runs["bf16"] - runs["f32"]).max() > 10 * max(fid["max_abs"], 1e-6)
 
@@ -137,8 +145,15 @@ def test_int8_without_real_calibration_data_is_refused(tmp_path, tiny_model):
 
 
 def test_raspberrypi5_gets_fp16_and_an_honest_operator_check(tmp_path, textlines):
-    r = edgekit.build(PPOCR, "raspberrypi5", tmp_path / "pi", backend="openvino", calib=textlines,
-                      input_shapes=SHAPE, name="ppocr-ov-pi")
+    r = edgekit.build(
+        PPOCR,
+        "raspberrypi5",
+        tmp_path / "pi",
+        backend="openvino",
+        calib=textlines,
+        input_shapes=SHAPE,
+        name="ppocr-ov-pi",
+    )
     assert r["precision"] == "fp16"  # the profile's first OpenVINO precision
     cpu = r["operator_support"]["CPU"]
     if cpu["checked"]:
@@ -164,16 +179,27 @@ def test_local_agent_runs_f32_and_falls_back_from_the_npu(ppocr, local_device, t
     make_mobilenetv2(model)  # returns the ModelProto; the file is what edgekit takes
     calib = tmp_path / "calib.npz"
     np.savez(calib, input=np.random.default_rng(0).standard_normal((16, 3, 224, 224)).astype(np.float32))
-    b = edgekit.build(model, "intel-core-ultra", tmp_path / "mnv2", backend="openvino", precision="int8",
-                      calib=calib, input_shapes=["input=1,3,224,224"], name="mnv2")
+    b = edgekit.build(
+        model,
+        "intel-core-ultra",
+        tmp_path / "mnv2",
+        backend="openvino",
+        precision="int8",
+        calib=calib,
+        input_shapes=["input=1,3,224,224"],
+        name="mnv2",
+    )
     assert b["fidelity"]["passed"] and b["model_size_bytes"] < 0.4 * b["source_size_bytes"]
     from edgekit.converters import get
 
     here = get("openvino").core().available_devices
     for dev in ("NPU", "GPU"):
         if not any(d.split(".")[0] == dev for d in here):
-            assert b["operator_support"][dev] == {"checked": False, "status": f"not checked: no {dev} plugin here",
-                                                  "detail": b["operator_support"][dev]["detail"]}
+            assert b["operator_support"][dev] == {
+                "checked": False,
+                "status": f"not checked: no {dev} plugin here",
+                "detail": b["operator_support"][dev]["detail"],
+            }
     assert b["operator_support"]["CPU"]["checked"]
 
     r = deploy(tmp_path / "mnv2", local_device, runs=5, warmup=1)
@@ -192,8 +218,14 @@ def test_deploy_int8_over_ssh_reports_device_and_precision(ppocr, sshd, tmp_path
     root = tmp_path / "remote"
     out, built = ppocr["int8"]
     try:
-        with open_device("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", device_python=sys.executable,
-                         device_root=str(root), key_file=sshd.client_key, known_hosts=sshd.known_hosts) as dev:
+        with open_device(
+            "ssh",
+            f"{sshd.user}@{sshd.host}:{sshd.port}",
+            device_python=sys.executable,
+            device_root=str(root),
+            key_file=sshd.client_key,
+            known_hosts=sshd.known_hosts,
+        ) as dev:
             r = deploy(out, dev, runs=20, warmup=3)
         assert r["transport"].startswith("ssh ") and r["accelerator"] == "CPU"
         assert r["inference_precision_requested"] == "device default"
@@ -205,7 +237,7 @@ def test_deploy_int8_over_ssh_reports_device_and_precision(ppocr, sshd, tmp_path
         stop_agent(sys.executable, root)
 
 
-NETWORK_WATCH = r'''
+NETWORK_WATCH = r"""
 import json, os, sys
 log = sys.argv[1]
 
@@ -228,7 +260,7 @@ else:
     import runpy
     sys.argv = ["edgekit-agent", "bench", "--bundle", sys.argv[3], "--runs", "3", "--json"]
     runpy.run_module("edgekit_agent", run_name="__main__")
-'''
+"""
 
 
 def test_openvino_and_nncf_send_no_usage_data(tmp_path, tiny_model, tiny_calib):
@@ -241,14 +273,23 @@ def test_openvino_and_nncf_send_no_usage_data(tmp_path, tiny_model, tiny_calib):
     script.write_text(textwrap.dedent(NETWORK_WATCH))
     env = dict(os.environ, HOME=str(home))
     env.pop("CI", None)
-    p = subprocess.run([sys.executable, str(script), str(events), "build", str(tiny_model), str(tmp_path / "b"),
-                        str(tiny_calib)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(script), str(events), "build", str(tiny_model), str(tmp_path / "b"), str(tiny_calib)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     state = json.loads(p.stdout.strip().splitlines()[-1])
     assert state == {"blocked": True, "ovc": "openvino.tools.ovc.telemetry_stub", "nncf": "MagicMock"}
-    p = subprocess.run([sys.executable, str(script), str(events), "bench", str(tmp_path / "b" / "int8-weights")],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(script), str(events), "bench", str(tmp_path / "b" / "int8-weights")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1])["backend"] == "openvino"
     assert not events.exists(), events.read_text()

@@ -58,7 +58,9 @@ def test_host_build_is_validated_on_real_lines(ppocr_host):
     assert r["fidelity"]["data"]["samples"] == 200
     sec = r["paddlelite"]
     assert sec["target"] == "x86" and sec["validated"].startswith("yes") and sec["built_targets"] == ["x86"]
-    assert "conv2d" in sec["model_ops"] and "x2paddle" in sec["converter"] and "usage report disabled" in sec["converter"]
+    assert (
+        "conv2d" in sec["model_ops"] and "x2paddle" in sec["converter"] and "usage report disabled" in sec["converter"]
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["runner"]["target"] == "x86" and manifest["runner"]["inputs"] == {"x": "x2paddle_x"}
     roles = {f["role"] for f in manifest["files"]}
@@ -108,7 +110,9 @@ def test_arm_nb_on_this_x86_machine_is_refused_at_install(env_python, mnv2, tmp_
 
 def test_fp16_and_int8_are_refused_with_the_reason(env_python, tmp_path, tiny_model):
     for precision, why in (("fp16", "only on ARM CPUs"), ("int8", "NaN or garbage")):
-        p = _build(tiny_model, "--profile", "raspberrypi5", "--precision", precision, "-o", tmp_path / precision, check=1)
+        p = _build(
+            tiny_model, "--profile", "raspberrypi5", "--precision", precision, "-o", tmp_path / precision, check=1
+        )
         assert f"paddlelite {precision} refused" in p.stderr and why in p.stderr, p.stderr
         assert not (tmp_path / precision).exists()
 
@@ -173,7 +177,7 @@ def test_runner_feeds_every_input_exactly(ppocr_host, textlines):
 
     out, _ = ppocr_host
     with np.load(textlines) as z:
-        xs = [{"x": z["x"][i:i + 1]} for i in range(12)]
+        xs = [{"x": z["x"][i : i + 1]} for i in range(12)]
     ref = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(out.parent / "ppocr-ref.onnx")
     want = [o[OUT] for o in onnx_predict(ref, xs)[2]]
     got = [o[OUT] for o in BE.predict(out / "model.nb", xs)]
@@ -196,8 +200,9 @@ def test_device_commands_reach_the_backend_agent(ppocr_host, env_python, tmp_pat
         name = listed["models"][0]["name"]
         r = run_cli("rollback", name, "--local", "--backend", "paddlelite", env=env)
         assert "has no earlier version kept" in r.stderr, r.stderr  # the agent that has the model answered
-        st = json.loads(run_cli("agent", "status", "--local", "--backend", "paddlelite", "--json", env=env,
-                                check=0).stdout)
+        st = json.loads(
+            run_cli("agent", "status", "--local", "--backend", "paddlelite", "--json", env=env, check=0).stdout
+        )
         assert st["running"] and st["root"] == str(agent_root)
     finally:
         stop_agent(env_python, agent_root)

@@ -3,8 +3,17 @@ import pytest
 from edgekit import profiles
 from edgekit.errors import ProfileError
 
-REQUIRED = ["raspberrypi5", "raspberrypi4", "jetson-orin-nano", "pixel-8", "galaxy-s24", "iphone-15-pro", "rk3588",
-            "intel-core-ultra", "host"]
+REQUIRED = [
+    "raspberrypi5",
+    "raspberrypi4",
+    "jetson-orin-nano",
+    "pixel-8",
+    "galaxy-s24",
+    "iphone-15-pro",
+    "rk3588",
+    "intel-core-ultra",
+    "host",
+]
 
 
 def test_required_profiles_exist_and_validate():

@@ -7,9 +7,8 @@ import types
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
-
 from conftest import one_json, run_cli
+from onnx import numpy_helper
 
 pytest.importorskip("sklearn")
 
@@ -50,7 +49,7 @@ def digits(tmp_path_factory):
 def _accuracy(path, npz):
     d = np.load(npz)
     sess = _session(path)
-    pred = np.concatenate([sess.run(None, {"x": d["x"][i:i + 1]})[0].argmax(1) for i in range(len(d["x"]))])
+    pred = np.concatenate([sess.run(None, {"x": d["x"][i : i + 1]})[0].argmax(1) for i in range(len(d["x"]))])
     return float(np.mean(pred == d["labels"]) * 100)
 
 
@@ -119,7 +118,7 @@ def _digits_calib(digits):
     from edgekit.data import Dataset
 
     d = np.load(digits["calib"])
-    return Dataset(samples=[{"x": d["x"][i:i + 1]} for i in range(len(d["x"]))], labels=d["labels"], source="digits")
+    return Dataset(samples=[{"x": d["x"][i : i + 1]} for i in range(len(d["x"]))], labels=d["labels"], source="digits")
 
 
 def _interleaved_p50(paths, feed, rounds=7, runs=40):
@@ -142,11 +141,17 @@ def _interleaved_p50(paths, feed, rounds=7, runs=40):
 def test_structured_pruning_of_a_trained_cnn(tmp_path, digits):
     from edgekit.passes import PrunePass
 
-    result = PrunePass(ratio=0.3, allocation="uniform").run(_ctx(tmp_path, calib=_digits_calib(digits)), digits["model"])
+    result = PrunePass(ratio=0.3, allocation="uniform").run(
+        _ctx(tmp_path, calib=_digits_calib(digits)), digits["model"]
+    )
     sec = result.section
     c1, c3 = C1 - int(0.3 * C1), 32  # 48 * 0.7 = 33.6 -> nearest multiple of 8
     rows = {r["name"]: r for r in sec["layers"]}
-    assert (rows["conv1"]["channels_after"], rows["conv2"]["channels_after"], rows["conv3"]["channels_after"]) == (c1, c1, c3)
+    assert (rows["conv1"]["channels_after"], rows["conv2"]["channels_after"], rows["conv3"]["channels_after"]) == (
+        c1,
+        c1,
+        c3,
+    )
     assert rows["conv1"]["group"] == rows["conv2"]["group"]  # the residual Add unites them
     assert [s["layers"] for s in sec["skipped"]] == [["fc"]]  # feeds the graph output
     # exact counts: 8x8 maps, 3x3 kernels, BN with 4 vectors per channel
@@ -171,8 +176,9 @@ def test_bias_correction_and_data_criterion_recover_accuracy(tmp_path, digits):
 
     calib = _digits_calib(digits)
     (tmp_path / "a").mkdir()
-    plain = PrunePass(ratio=0.3, criterion="l1", bias_correction=False).run(_ctx(tmp_path / "a", calib=calib),
-                                                                          digits["model"])
+    plain = PrunePass(ratio=0.3, criterion="l1", bias_correction=False).run(
+        _ctx(tmp_path / "a", calib=calib), digits["model"]
+    )
     (tmp_path / "b").mkdir()
     best = PrunePass(ratio=0.3).run(_ctx(tmp_path / "b", calib=calib), digits["model"])
     assert _accuracy(best.model_path, digits["val"]) >= _accuracy(plain.model_path, digits["val"])
@@ -208,9 +214,27 @@ LOOSE_GATE = ["--min-cosine", "0.85", "--min-top1", "0.85", "--max-accuracy-drop
 def test_build_with_prune_end_to_end(tmp_path, digits, backend):
     pytest.importorskip({"ort": "onnxruntime", "openvino": "openvino"}[backend])
     out = tmp_path / "bundle"
-    p = run_cli("build", digits["model"], "--profile", "host", "--backend", backend, "--precision", "fp32",
-                "--prune", "0.3", "--calib", digits["calib"], "--val", digits["val"], *LOOSE_GATE, "-o", out, "--json",
-                check=0)
+    p = run_cli(
+        "build",
+        digits["model"],
+        "--profile",
+        "host",
+        "--backend",
+        backend,
+        "--precision",
+        "fp32",
+        "--prune",
+        "0.3",
+        "--calib",
+        digits["calib"],
+        "--val",
+        digits["val"],
+        *LOOSE_GATE,
+        "-o",
+        out,
+        "--json",
+        check=0,
+    )
     report = one_json(p.stdout)
     pr = report["pruning"]
     assert pr["mode"] == "structured" and pr["ratio"] == 0.3 and pr["params_after"] < pr["params_before"]
@@ -233,8 +257,9 @@ def test_build_api_recipe_and_cache(tmp_path, digits):
 
     recipe = tmp_path / "recipe.toml"
     recipe.write_text('mode = "structured"\nratio = 0.3\nskip = ["conv1"]\n\n[layers]\n"conv3" = 0.5\n')
-    kwargs = dict(precision="fp32", calib=digits["calib"], val=digits["val"], min_cosine=0.85, min_top1=0.85,
-                  max_accuracy_drop=10)
+    kwargs = dict(
+        precision="fp32", calib=digits["calib"], val=digits["val"], min_cosine=0.85, min_top1=0.85, max_accuracy_drop=10
+    )
     rep = edgekit.build(digits["model"], "host", tmp_path / "a", prune_recipe=recipe, **kwargs)
     rows = {r["name"]: r for r in rep["pruning"]["layers"]}
     assert rows["conv3"]["channels_after"] == 24 and rows["conv3"]["ratio"] == 0.5
@@ -281,8 +306,23 @@ def test_bad_recipes_are_refused(tmp_path, digits):
 
 def test_fidelity_gate_refuses_heavy_pruning(tmp_path, digits):
     out = tmp_path / "out"
-    p = run_cli("build", digits["model"], "--profile", "host", "--precision", "fp32", "--prune", "0.7",
-                "--calib", digits["calib"], "--val", digits["val"], "-o", out, check=3)
+    p = run_cli(
+        "build",
+        digits["model"],
+        "--profile",
+        "host",
+        "--precision",
+        "fp32",
+        "--prune",
+        "0.7",
+        "--calib",
+        digits["calib"],
+        "--val",
+        digits["val"],
+        "-o",
+        out,
+        check=3,
+    )
     assert "after step 'structured pruning (70% of channels)'" in p.stderr
     assert not out.exists()
 
@@ -323,18 +363,20 @@ def test_sensitivity_allocation_spares_fragile_groups(tmp_path, textlines):
     from edgekit.passes import PrunePass
 
     d = np.load(textlines)
-    calib = Dataset(samples=[{"x": d["x"][i:i + 1]} for i in range(100)])
+    calib = Dataset(samples=[{"x": d["x"][i : i + 1]} for i in range(100)])
     ref = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(tmp_path / "ref.onnx")
 
     def accuracy(path):
         sess = _session(path)
-        pred = [sess.run(None, {"x": d["x"][i:i + 1]})[0].argmax() for i in range(100, len(d["x"]))]
+        pred = [sess.run(None, {"x": d["x"][i : i + 1]})[0].argmax() for i in range(100, len(d["x"]))]
         return float(np.mean(np.array(pred) == d["labels"][100:]) * 100)
 
     runs = {}
     for allocation in ("uniform", "sensitivity"):
         (tmp_path / allocation).mkdir()
-        runs[allocation] = PrunePass(ratio=0.3, allocation=allocation).run(_ctx(tmp_path / allocation, calib=calib), ref)
+        runs[allocation] = PrunePass(ratio=0.3, allocation=allocation).run(
+            _ctx(tmp_path / allocation, calib=calib), ref
+        )
     sens, uni = runs["sensitivity"].section, runs["uniform"].section
     assert sens["allocation"] == "sensitivity" and uni["allocation"] == "uniform"
     assert sens["channels_removed"] >= 0.8 * uni["channels_removed"]
@@ -342,8 +384,11 @@ def test_sensitivity_allocation_spares_fragile_groups(tmp_path, textlines):
     assert len(ratios) > 3 and max(ratios) <= 0.6  # uneven, and capped at 2x the ratio
     trunk = next(r for r in sens["layers"] if r["name"] == "Conv@16")  # residual trunk shared by five blocks
     assert trunk["ratio"] < 0.3
-    reference, sensitive, uniform = accuracy(ref), accuracy(runs["sensitivity"].model_path), accuracy(
-        runs["uniform"].model_path)
+    reference, sensitive, uniform = (
+        accuracy(ref),
+        accuracy(runs["sensitivity"].model_path),
+        accuracy(runs["uniform"].model_path),
+    )
     assert sensitive > uniform + 10, (reference, sensitive, uniform)
     assert sensitive > reference - 10, (reference, sensitive, uniform)
 
@@ -356,7 +401,9 @@ def test_weights_listed_as_graph_inputs_are_pruned_too(tmp_path):
 
     path, _ = prunable_cnn(tmp_path / "cnn.onnx", zero=0.25)
     m = onnx.load(str(path))
-    m.graph.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in m.graph.initializer)
+    m.graph.input.extend(
+        onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in m.graph.initializer
+    )
     onnx.save(m, str(tmp_path / "old.onnx"))
     result = PrunePass(ratio=0.25, channel_multiple=1, bias_correction=False).run(_ctx(tmp_path), tmp_path / "old.onnx")
     assert [i.name for i in onnx.load(str(result.model_path)).graph.input] == ["x"]
@@ -367,9 +414,27 @@ def test_weights_listed_as_graph_inputs_are_pruned_too(tmp_path):
 
 def test_build_unstructured_through_the_cli(tmp_path, digits):
     out = tmp_path / "bundle"
-    p = run_cli("build", digits["model"], "--profile", "host", "--precision", "fp32", "--prune", "0.3",
-                "--prune-mode", "unstructured", "--calib", digits["calib"], "--val", digits["val"], *LOOSE_GATE,
-                "-o", out, "--json", check=0)
+    p = run_cli(
+        "build",
+        digits["model"],
+        "--profile",
+        "host",
+        "--precision",
+        "fp32",
+        "--prune",
+        "0.3",
+        "--prune-mode",
+        "unstructured",
+        "--calib",
+        digits["calib"],
+        "--val",
+        digits["val"],
+        *LOOSE_GATE,
+        "-o",
+        out,
+        "--json",
+        check=0,
+    )
     pr = one_json(p.stdout)["pruning"]
     assert pr["mode"] == "unstructured" and pr["sparsity"] == pytest.approx(0.3, abs=0.01)
     assert pr["size_after"]["compressed_bytes"] < pr["size_before"]["compressed_bytes"]
@@ -385,12 +450,17 @@ def test_concat_with_fixed_channels_and_matmul_chains(tmp_path):
     from edgekit.passes import PrunePass
 
     rng = np.random.default_rng(5)
-    arrays = {"wa": rng.standard_normal((8, 3, 3, 3)), "wd": rng.standard_normal((3, 1, 3, 3)),
-              "wp": rng.standard_normal((6, 11, 1, 1)), "w1": rng.standard_normal((6, 10)),
-              "b1": rng.standard_normal(10), "w2": rng.standard_normal((10, 4))}
-    arrays["wa"][[1, 6]] = 0          # group A (8): 2 dead channels
-    arrays["wp"][[3]] = 0             # group P (6): 1 dead channel
-    arrays["w1"][:, [0, 7]] = 0       # MatMul group (10): 2 dead features, bias too
+    arrays = {
+        "wa": rng.standard_normal((8, 3, 3, 3)),
+        "wd": rng.standard_normal((3, 1, 3, 3)),
+        "wp": rng.standard_normal((6, 11, 1, 1)),
+        "w1": rng.standard_normal((6, 10)),
+        "b1": rng.standard_normal(10),
+        "w2": rng.standard_normal((10, 4)),
+    }
+    arrays["wa"][[1, 6]] = 0  # group A (8): 2 dead channels
+    arrays["wp"][[3]] = 0  # group P (6): 1 dead channel
+    arrays["w1"][:, [0, 7]] = 0  # MatMul group (10): 2 dead features, bias too
     arrays["b1"][[0, 7]] = 0
     nodes = [
         helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
@@ -404,22 +474,32 @@ def test_concat_with_fixed_channels_and_matmul_chains(tmp_path):
         helper.make_node("Relu", ["hb"], ["r"], name="relu"),
         helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
     ]
-    graph = helper.make_graph(nodes, "chains", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()])
+    graph = helper.make_graph(
+        nodes,
+        "chains",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "chains.onnx"))
 
-    result = PrunePass(ratio=0.25, channel_multiple=1, bias_correction=False).run(_ctx(tmp_path), tmp_path / "chains.onnx")
+    result = PrunePass(ratio=0.25, channel_multiple=1, bias_correction=False).run(
+        _ctx(tmp_path), tmp_path / "chains.onnx"
+    )
     w = _inits(result.model_path)
     assert w["wa"].shape == (6, 3, 3, 3) and w["wd"].shape == (3, 1, 3, 3)
     assert w["wp"].shape == (5, 9, 1, 1)  # 6 kept of conv_a, then the 3 fixed depthwise channels
     np.testing.assert_array_equal(w["wp"][:, 6:], arrays["wp"][[0, 1, 2, 4, 5]][:, 8:].astype(np.float32))
     assert w["w1"].shape == (5, 8) and w["b1"].shape == (8,) and w["w2"].shape == (8, 4)
     x = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
-    np.testing.assert_allclose(_session(result.model_path).run(None, x)[0],
-                               _session(tmp_path / "chains.onnx").run(None, x)[0], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        _session(result.model_path).run(None, x)[0],
+        _session(tmp_path / "chains.onnx").run(None, x)[0],
+        rtol=1e-5,
+        atol=1e-4,
+    )
     assert [s["layers"] for s in result.section["skipped"]] == [["mm2"]]
 
 

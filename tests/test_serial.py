@@ -9,15 +9,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import one_json, run_cli, stop_agent
+from serialdev import Cable
 
 import edgekit
 from edgekit.deployer import deploy, open_device
 from edgekit.errors import TransportError
 from edgekit.transports import connect, serial_line
 from edgekit_agent import serial_endpoint as proto
-
-from conftest import one_json, run_cli, stop_agent
-from serialdev import Cable
 
 pytest.importorskip("serial")
 pytestmark = pytest.mark.e2e
@@ -52,8 +51,14 @@ def sha256(path):
 
 
 def remote_sha256(transport, path):
-    r = transport.run([sys.executable, "-c", "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read())"
-                       ".hexdigest())", str(path)])
+    r = transport.run(
+        [
+            sys.executable,
+            "-c",
+            "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())",
+            str(path),
+        ]
+    )
     assert r.ok, r.stderr
     return r.stdout.strip()
 
@@ -98,8 +103,9 @@ def test_commands_files_and_console_given_back(cable, tmp_path):
         assert t.link.stats["frames_resent"] == 0
 
 
-@pytest.mark.parametrize("shell", [("bash", "--norc", "--noprofile", "-i"), ("busybox", "sh", "-i")],
-                         ids=["bash", "busybox-ash"])
+@pytest.mark.parametrize(
+    "shell", [("bash", "--norc", "--noprofile", "-i"), ("busybox", "sh", "-i")], ids=["bash", "busybox-ash"]
+)
 def test_other_console_shells(shell, tmp_path):
     if not shutil.which(shell[0]):
         pytest.skip(f"{shell[0]} is not installed")
@@ -211,11 +217,15 @@ def test_endpoint_is_kept_private_and_run_from_the_bytes_it_checked(tmp_path):
     swapped = tmp_path / "endpoint.py"
     swapped.write_text("open(__file__ + '.ran', 'w').write('ran')\n")
     good = hashlib.sha256(serial_line.endpoint_source()).hexdigest()
-    r = subprocess.run([sys.executable, "-c", serial_line.LOADER, str(swapped), good, "1.0", "0"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", serial_line.LOADER, str(swapped), good, "1.0", "0"], capture_output=True, text=True
+    )
     assert r.returncode == 1 and "EK_BAD_ENDPOINT" in r.stderr and not Path(str(swapped) + ".ran").exists()
-    r = subprocess.run([sys.executable, "-c", serial_line.LOADER, str(swapped),
-                        hashlib.sha256(swapped.read_bytes()).hexdigest()], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", serial_line.LOADER, str(swapped), hashlib.sha256(swapped.read_bytes()).hexdigest()],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and Path(str(swapped) + ".ran").read_text() == "ran"
 
 
@@ -253,7 +263,7 @@ def test_a_stream_nobody_reads_does_not_hold_up_the_line(cable):
             peer.settimeout(60)
             while len(got) < 1 << 20:
                 got += peer.recv(1 << 20)
-            assert got[:1 << 20] == blob[:len(got)][:1 << 20]
+            assert got[: 1 << 20] == blob[: len(got)][: 1 << 20]
     finally:
         for s in stuck:
             s.close()
@@ -283,11 +293,14 @@ def test_link_timers_ignore_wall_clock_jumps(monkeypatch):
             if not data:
                 raise EOFError("closed")
             return data
+
         return read
 
     got = []
-    links = [proto.Link(reader(a), a.sendall, lambda p: None, initial_rto=0.25),
-             proto.Link(reader(b), b.sendall, got.append, initial_rto=0.25)]
+    links = [
+        proto.Link(reader(a), a.sendall, lambda p: None, initial_rto=0.25),
+        proto.Link(reader(b), b.sendall, got.append, initial_rto=0.25),
+    ]
     try:
         for link in links:
             link.start()
@@ -328,9 +341,11 @@ def test_silent_console_names_the_baud_rate(tmp_path):
 
 
 def test_login_prompt_is_explained(tmp_path):
-    getty = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-             "sys.stdout.write('raspberrypi login: '); sys.stdout.flush()\n"
-             "for line in sys.stdin:\n    sys.stdout.write('\\nraspberrypi login: '); sys.stdout.flush()\n")
+    getty = (
+        "import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "sys.stdout.write('raspberrypi login: '); sys.stdout.flush()\n"
+        "for line in sys.stdin:\n    sys.stdout.write('\\nraspberrypi login: '); sys.stdout.flush()\n"
+    )
     with Cable(device=[sys.executable, "-c", getty]) as cable:
         with pytest.raises(TransportError, match="login prompt, not a shell") as e:
             connect("serial", cable.port, timeout=3)
@@ -339,14 +354,42 @@ def test_login_prompt_is_explained(tmp_path):
 
 # -- deploy end to end -------------------------------------------------------------------
 def test_cli_deploy_and_bench_over_serial(cable, tiny_bundle, device_root):
-    p = run_cli("deploy", tiny_bundle, "--serial", cable.port, "--baud", 115200, "--device-python", sys.executable,
-                "--device-root", device_root, "--runs", 20, "--warmup", 2, "--json", check=0)
+    p = run_cli(
+        "deploy",
+        tiny_bundle,
+        "--serial",
+        cable.port,
+        "--baud",
+        115200,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        20,
+        "--warmup",
+        2,
+        "--json",
+        check=0,
+    )
     r = one_json(p.stdout)
     assert r["transport"].startswith(f"serial {cable.port} at 115200 baud") and "kB/s measured" in r["transport"]
     assert r["runs"] == 20 and r["latency_ms"]["p50"] > 0
     assert (device_root / "models" / "tiny" / "current").is_symlink()
-    p = run_cli("bench", tiny_bundle, "--serial", cable.port, "--device-python", sys.executable,
-                "--device-root", device_root, "--runs", 5, "--json", check=0)
+    p = run_cli(
+        "bench",
+        tiny_bundle,
+        "--serial",
+        cable.port,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        5,
+        "--json",
+        check=0,
+    )
     assert one_json(p.stdout)["bundle_id"] == r["bundle_id"]
 
 
@@ -360,8 +403,18 @@ def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle
     v2_dir = tmp_path / "v2"
     edgekit.build(big, "host", v2_dir, precision="fp32", calib=tiny_calib, name="tiny")
     cable.unplug_after_bytes(120_000)
-    p = run_cli("deploy", v2_dir, "--serial", cable.port, "--device-python", sys.executable,
-                "--device-root", device_root, "--runs", 5)
+    p = run_cli(
+        "deploy",
+        v2_dir,
+        "--serial",
+        cable.port,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        5,
+    )
     assert p.returncode == 4, p.stderr
     assert "uploading" in p.stderr and "the port vanished" in p.stderr and "Traceback" not in p.stderr
 
@@ -369,8 +422,20 @@ def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle
     with open_device("serial", port, device_python=sys.executable, device_root=str(device_root)) as dev:
         dev.ensure_agent()
         assert dev.client.models()[0]["version"] == v1
-    p = run_cli("deploy", v2_dir, "--serial", port, "--device-python", sys.executable,
-                "--device-root", device_root, "--runs", 5, "--json", check=0)
+    p = run_cli(
+        "deploy",
+        v2_dir,
+        "--serial",
+        port,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        5,
+        "--json",
+        check=0,
+    )
     r = one_json(p.stdout)
     assert r["installed"]["previous"] == v1 and r["bundle_id"] != v1
     assert "resuming model.onnx at byte" in p.stderr

@@ -4,12 +4,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import one_json, run_cli, stop_agent
 
 import edgekit
 from edgekit.deployer import deploy, open_device
 from edgekit.errors import TransportError
-
-from conftest import one_json, run_cli, stop_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -22,40 +21,90 @@ def device_root(tmp_path):
 
 
 def ssh_device(sshd, root):
-    return open_device("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", device_python=sys.executable,
-                       device_root=str(root), key_file=sshd.client_key, known_hosts=sshd.known_hosts)
+    return open_device(
+        "ssh",
+        f"{sshd.user}@{sshd.host}:{sshd.port}",
+        device_python=sys.executable,
+        device_root=str(root),
+        key_file=sshd.client_key,
+        known_hosts=sshd.known_hosts,
+    )
 
 
 def test_cli_deploy_over_ssh_with_ssh_config(sshd, tiny_bundle, device_root):
     from sshd import SSH_CONFIG_HOST
 
-    p = run_cli("deploy", tiny_bundle, "--ssh", SSH_CONFIG_HOST, "--ssh-config", sshd.ssh_config,
-                "--device-python", sys.executable, "--device-root", device_root, "--runs", 20, "--warmup", 2, "--json",
-                check=0)
+    p = run_cli(
+        "deploy",
+        tiny_bundle,
+        "--ssh",
+        SSH_CONFIG_HOST,
+        "--ssh-config",
+        sshd.ssh_config,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        20,
+        "--warmup",
+        2,
+        "--json",
+        check=0,
+    )
     r = one_json(p.stdout)
     assert r["transport"] == f"ssh root@127.0.0.1:{sshd.port}"
     assert r["accelerator"] == "CPUExecutionProvider" and r["runs"] == 20
     assert r["latency_ms"]["p50"] > 0 and r["peak_rss_mb"] > 0
     assert (device_root / "models" / "tiny" / "current").is_symlink()
     # bench of the already deployed bundle, no upload
-    p = run_cli("bench", tiny_bundle, "--ssh", SSH_CONFIG_HOST, "--ssh-config", sshd.ssh_config,
-                "--device-python", sys.executable, "--device-root", device_root, "--runs", 5, "--json", check=0)
+    p = run_cli(
+        "bench",
+        tiny_bundle,
+        "--ssh",
+        SSH_CONFIG_HOST,
+        "--ssh-config",
+        sshd.ssh_config,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        device_root,
+        "--runs",
+        5,
+        "--json",
+        check=0,
+    )
     assert one_json(p.stdout)["bundle_id"] == r["bundle_id"]
 
 
 def test_unknown_host_key_is_refused(sshd, tmp_path, tiny_bundle):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    p = run_cli("deploy", tiny_bundle, "--ssh", f"root@127.0.0.1:{sshd.port}", "--ssh-key", sshd.client_key,
-                "--ssh-config", "/dev/null", "--known-hosts", empty, "--device-python", sys.executable,
-                "--device-root", tmp_path / "r", env={"HOME": str(tmp_path)})
+    p = run_cli(
+        "deploy",
+        tiny_bundle,
+        "--ssh",
+        f"root@127.0.0.1:{sshd.port}",
+        "--ssh-key",
+        sshd.client_key,
+        "--ssh-config",
+        "/dev/null",
+        "--known-hosts",
+        empty,
+        "--device-python",
+        sys.executable,
+        "--device-root",
+        tmp_path / "r",
+        env={"HOME": str(tmp_path)},
+    )
     assert p.returncode == 4
     assert "not in known_hosts" in p.stderr and "ssh-keyscan" in p.stderr
     assert not (tmp_path / "r").exists()
 
 
-def test_dropped_connection_mid_upload_keeps_the_previous_version(sshd, tiny_bundle, tiny_model, tiny_calib,
-                                                                 tmp_path, device_root):
+def test_dropped_connection_mid_upload_keeps_the_previous_version(
+    sshd, tiny_bundle, tiny_model, tiny_calib, tmp_path, device_root
+):
     with ssh_device(sshd, device_root) as dev:
         v1 = deploy(tiny_bundle, dev, bench=False)["installed"]["version"]
 
@@ -99,8 +148,9 @@ def test_forward_stops_listening_on_close(sshd):
 
     server = socket.create_server(("127.0.0.1", 0))
     try:
-        t = connect("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", key_file=sshd.client_key,
-                    known_hosts=sshd.known_hosts)
+        t = connect(
+            "ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", key_file=sshd.client_key, known_hosts=sshd.known_hosts
+        )
         with t:
             host_port = t.forward(server.getsockname()[1])
             assert t.forward(server.getsockname()[1]) == host_port  # one listener per device port

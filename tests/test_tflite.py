@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import run_cli
 
 pytest.importorskip("ai_edge_litert")
@@ -32,8 +31,24 @@ def tool_env():
 @pytest.fixture(scope="module")
 def ppocr_int8(tmp_path_factory, textlines):
     out = tmp_path_factory.mktemp("tflite") / "ppocr-pi5"
-    p = run_cli("build", PPOCR, "--profile", "raspberrypi5", "--backend", "tflite", "--precision", "int8",
-                "--calib", textlines, "--input-shape", "x=1,3,48,192", "-o", out, "--json", check=0)
+    p = run_cli(
+        "build",
+        PPOCR,
+        "--profile",
+        "raspberrypi5",
+        "--backend",
+        "tflite",
+        "--precision",
+        "int8",
+        "--calib",
+        textlines,
+        "--input-shape",
+        "x=1,3,48,192",
+        "-o",
+        out,
+        "--json",
+        check=0,
+    )
     return out, json.loads(p.stdout), p.stderr
 
 
@@ -72,13 +87,15 @@ def test_ppocr_int8_deploys_locally(ppocr_int8, local_device):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8-dynamic"])
 def test_mobilenetv2_precisions(tmp_path, precision):
-    import edgekit
     from make_mobilenetv2 import make_mobilenetv2
+
+    import edgekit
 
     src = tmp_path / "mobilenetv2.onnx"
     make_mobilenetv2(src)
-    report = edgekit.build(str(src), profile="raspberrypi5", output=str(tmp_path / "out"), backend="tflite",
-                           precision=precision)
+    report = edgekit.build(
+        str(src), profile="raspberrypi5", output=str(tmp_path / "out"), backend="tflite", precision=precision
+    )
     steps = report["fidelity"]["steps"]
     assert len(steps) == (1 if precision == "fp32" else 2) and all(s["passed"] for s in steps)
     size = report["model_size_bytes"]
@@ -96,28 +113,39 @@ def _spatial_model(path):
     rng = np.random.default_rng(0)
     w1 = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.3, "w1")
     w2 = numpy_helper.from_array(rng.standard_normal((4, 6, 1, 1)).astype(np.float32) * 0.3, "w2")
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "spatial", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 14])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 14])], [w1, w2])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "spatial",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 14])],
+        [w1, w2],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
 
 
 def test_layout_with_structured_inputs(tmp_path):
     """Images with spatial structure: a wrong transpose of the input or the 4-D output shows at once."""
-    import edgekit
     import onnxruntime as ort
+
+    import edgekit
 
     src = tmp_path / "spatial.onnx"
     _spatial_model(src)
     yy, xx = np.meshgrid(np.arange(10), np.arange(14), indexing="ij")
-    x = np.stack([np.sin(xx / 2.0 + c) * np.cos(yy / 3.0 - c) + 0.1 * c * yy for c in range(3)])[None].astype(np.float32)
+    x = np.stack([np.sin(xx / 2.0 + c) * np.cos(yy / 3.0 - c) + 0.1 * c * yy for c in range(3)])[None].astype(
+        np.float32
+    )
     data = tmp_path / "data.npz"
     np.savez(data, x=np.concatenate([x, x[:, :, ::-1], x[:, :, :, ::-1]] * 4))
     out = tmp_path / "out"
-    report = edgekit.build(str(src), profile="raspberrypi5", output=str(out), backend="tflite", precision="fp32",
-                           val=str(data))
+    report = edgekit.build(
+        str(src), profile="raspberrypi5", output=str(out), backend="tflite", precision="fp32", val=str(data)
+    )
     io = report["tflite"]["layout"]["io"]
     assert io["inputs"][0]["perm"] == [0, 2, 3, 1] and io["outputs"][0]["perm"] == [0, 3, 1, 2]
     assert report["outputs"][0]["shape"] == [1, 4, 10, 14]

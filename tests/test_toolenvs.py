@@ -18,8 +18,14 @@ from edgekit.errors import BackendUnavailable, ConversionError
 
 
 def spec(**kw):
-    base = dict(name="demo", pythons=("3.12", "3.13"), requirements=(), check="import sys",
-                purpose="a test environment", env=(("EDGEKIT_DEMO", "1"),))
+    base = dict(
+        name="demo",
+        pythons=("3.12", "3.13"),
+        requirements=(),
+        check="import sys",
+        purpose="a test environment",
+        env=(("EDGEKIT_DEMO", "1"),),
+    )
     base.update(kw)
     return toolenvs.ToolEnvSpec(**base)
 
@@ -80,7 +86,11 @@ def test_ensure_creates_once_and_spec_change_makes_a_new_env(envroot, tmp_path):
     real_python()
     s = spec()
     st = toolenvs.state(s)
-    assert not st["ready"] and "not created yet" in st["detail"] and not envroot.joinpath(toolenvs.env_dir(s).name).exists()
+    assert (
+        not st["ready"]
+        and "not created yet" in st["detail"]
+        and not envroot.joinpath(toolenvs.env_dir(s).name).exists()
+    )
     lines = []
     py = toolenvs.ensure(s, log=lines.append)
     assert Path(py).exists() and toolenvs.state(s)["ready"]
@@ -130,12 +140,18 @@ def test_failing_check_leaves_nothing(envroot):
 
 def test_concurrent_ensure_creates_once(envroot):
     real_python()
-    code = ("import sys; from edgekit import toolenvs; "
-            "s = toolenvs.ToolEnvSpec('race', ('3.12', '3.13'), (), 'import sys', 'race test'); "
-            "print(toolenvs.ensure(s, log=lambda m: print('LOG', m)))")
+    code = (
+        "import sys; from edgekit import toolenvs; "
+        "s = toolenvs.ToolEnvSpec('race', ('3.12', '3.13'), (), 'import sys', 'race test'); "
+        "print(toolenvs.ensure(s, log=lambda m: print('LOG', m)))"
+    )
     env = dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot))
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     pythons = {o.strip().splitlines()[-1] for o, _ in outs}
@@ -159,7 +175,8 @@ def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
         "if req['x'] == 'hang':\n"
         "    import time; time.sleep(60)\n"
         "if req['x'] != 'none':\n"
-        "    json.dump({'got': req['x'], 'env': os.environ.get('EDGEKIT_DEMO'), 'cwd': os.getcwd()}, open(sys.argv[2], 'w'))\n")
+        "    json.dump({'got': req['x'], 'env': os.environ.get('EDGEKIT_DEMO'), 'cwd': os.getcwd()}, open(sys.argv[2], 'w'))\n"
+    )
     lines = []
     work = tmp_path / "w"
     res = toolenvs.run_tool(s, script, {"x": "ok"}, work, log=lines.append)
@@ -188,7 +205,7 @@ def children():
 
 
 # Stands in for tools/runner_worker.py (a unit test of the host side of the protocol: deadlines, cleanup).
-FAKE_WORKER = r'''
+FAKE_WORKER = r"""
 import json, sys, time
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 mode = None
@@ -215,7 +232,7 @@ while True:
         out.flush()
         break
     out.flush()
-'''
+"""
 
 
 @pytest.fixture
@@ -231,6 +248,7 @@ def fake_worker(envroot, tmp_path, monkeypatch):
 
     def make(mode, **kw):
         return toolworker.RunnerWorker(s, "fake", tmp_path / "model.bin", {"mode": mode}, **kw)
+
     return make
 
 
@@ -298,7 +316,7 @@ def test_leftovers_of_killed_creations_are_removed(envroot):
     envroot.mkdir(parents=True)
     stale = envroot / f".{toolenvs.env_dir(s).name}.tmp-{dead.pid}"
     older = envroot / f".demo-0123456789ab.tmp-{dead.pid}"
-    alive = envroot / f".demo-0123456789ab.tmp-1"  # pid 1 runs: a creation in progress elsewhere is left alone
+    alive = envroot / ".demo-0123456789ab.tmp-1"  # pid 1 runs: a creation in progress elsewhere is left alone
     for d in (stale, older, alive):
         (d / "bin").mkdir(parents=True)
     lines = []
@@ -311,13 +329,19 @@ def test_leftovers_of_killed_creations_are_removed(envroot):
 def test_a_second_process_says_it_waits_for_the_lock(envroot):
     real_python()
     s = spec()
-    code = ("from edgekit import toolenvs; "
-            "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
-            "(('EDGEKIT_DEMO', '1'),)); toolenvs.ensure(s, log=None)")
+    code = (
+        "from edgekit import toolenvs; "
+        "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
+        "(('EDGEKIT_DEMO', '1'),)); toolenvs.ensure(s, log=None)"
+    )
     lock = envroot / f".{toolenvs.env_dir(s).name}.lock"
     with toolenvs._Lock(lock):
-        p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)))
+        p = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)),
+        )
         first = p.stderr.readline()
     rest = p.communicate(timeout=300)[1]
     assert p.returncode == 0, rest
@@ -333,16 +357,24 @@ def test_interrupted_run_tool_stops_the_tool(envroot, tmp_path):
     s = spec()
     toolenvs.ensure(s, log=None)
     script = tmp_path / "sleeper.py"
-    script.write_text("import json, os, sys, time\n"
-                      "open(json.load(open(sys.argv[1]))['pidfile'], 'w').write(str(os.getpid()))\n"
-                      "time.sleep(300)\n")
+    script.write_text(
+        "import json, os, sys, time\n"
+        "open(json.load(open(sys.argv[1]))['pidfile'], 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"
+    )
     pidfile = tmp_path / "tool.pid"
-    code = ("import sys; from edgekit import toolenvs; "
-            "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
-            "(('EDGEKIT_DEMO', '1'),)); "
-            f"toolenvs.run_tool(s, {str(script)!r}, {{'pidfile': {str(pidfile)!r}}}, {str(tmp_path / 'w')!r})")
-    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)))
+    code = (
+        "import sys; from edgekit import toolenvs; "
+        "s = toolenvs.ToolEnvSpec('demo', ('3.12', '3.13'), (), 'import sys', 'a test environment', "
+        "(('EDGEKIT_DEMO', '1'),)); "
+        f"toolenvs.run_tool(s, {str(script)!r}, {{'pidfile': {str(pidfile)!r}}}, {str(tmp_path / 'w')!r})"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, EDGEKIT_TOOLENV_DIR=str(envroot)),
+    )
     for _ in range(600):
         if pidfile.exists() and pidfile.read_text():
             break
@@ -363,8 +395,12 @@ def test_without_interpreters_each_fix_is_said_once(tmp_path, tiny_model):
     runtime that is installed (LiteRT)."""
     from conftest import run_cli
 
-    env = {"PATH": f"{Path(sys.executable).parent}:/nonexistent-bin", "PYENV_ROOT": str(tmp_path / "no-pyenv"),
-           "UV_PYTHON_INSTALL_DIR": str(tmp_path / "no-uv"), "EDGEKIT_TOOLENV_DIR": str(tmp_path / "envs")}
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/nonexistent-bin",
+        "PYENV_ROOT": str(tmp_path / "no-pyenv"),
+        "UV_PYTHON_INSTALL_DIR": str(tmp_path / "no-uv"),
+        "EDGEKIT_TOOLENV_DIR": str(tmp_path / "envs"),
+    }
     p = run_cli("backends", env=env, check=0)
     for name in ("tflite", "paddlelite", "mindspore-lite"):
         line = [l for l in p.stdout.splitlines() if l.split()[1:2] == [name]]
@@ -391,5 +427,8 @@ def test_doctor_survives_a_failing_availability(monkeypatch):
 
     monkeypatch.setattr(get("paddlelite"), "availability", boom)
     d = diagnostics.doctor()
-    assert not d["backends"]["paddlelite"]["ok"] and "the runtime's import crashed" in d["backends"]["paddlelite"]["detail"]
+    assert (
+        not d["backends"]["paddlelite"]["ok"]
+        and "the runtime's import crashed" in d["backends"]["paddlelite"]["detail"]
+    )
     assert d["backends"]["ort"]["ok"]

@@ -10,15 +10,27 @@ The Python API behind the ``edgekit`` command::
 
 __version__ = "0.1.0"
 
+from . import profiles  # noqa: E402
 from .errors import (  # noqa: E402
-    AgentError, BackendUnavailable, BundleError, ConversionError, DataError, EdgekitError, FidelityError,
-    ModelError, ProfileError, TransportError,
+    AgentError,
+    BackendUnavailable,
+    BundleError,
+    ConversionError,
+    DataError,
+    EdgekitError,
+    FidelityError,
+    ModelError,
+    ProfileError,
+    TransportError,
 )
 
-
-from . import profiles  # noqa: E402
-
-_LAZY = {"build": "builder", "deploy": "deployer", "bench": "deployer", "connect": "transports", "doctor": "diagnostics"}
+_LAZY = {
+    "build": "builder",
+    "deploy": "deployer",
+    "bench": "deployer",
+    "connect": "transports",
+    "doctor": "diagnostics",
+}
 
 
 def __getattr__(name):
@@ -30,8 +42,24 @@ def __getattr__(name):
     raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
 
 
-__all__ = sorted([
-    "AgentError", "BackendUnavailable", "BundleError", "ConversionError", "DataError", "EdgekitError",
-    "FidelityError", "ModelError", "ProfileError", "TransportError", "bench", "build", "connect", "deploy",
-    "doctor", "profiles", "__version__",
-])
+__all__ = sorted(
+    [
+        "AgentError",
+        "BackendUnavailable",
+        "BundleError",
+        "ConversionError",
+        "DataError",
+        "EdgekitError",
+        "FidelityError",
+        "ModelError",
+        "ProfileError",
+        "TransportError",
+        "bench",
+        "build",
+        "connect",
+        "deploy",
+        "doctor",
+        "profiles",
+        "__version__",
+    ]
+)

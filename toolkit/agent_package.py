@@ -5,9 +5,9 @@ changes when the agent's code does, and a deploy skips re-uploading an unchanged
 """
 
 import hashlib
+import io
 import os
 import threading
-import io
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -58,7 +58,9 @@ def build(directory):
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"edgekit-agent-{digest[:12]}.pyz"
     if not path.exists():
-        tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # parallel deploys build it at once
+        tmp = path.with_name(
+            f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
+        )  # parallel deploys build it at once
         tmp.write_bytes(data)
         tmp.chmod(0o755)
         tmp.replace(path)

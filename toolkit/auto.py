@@ -25,7 +25,7 @@ from . import converters, profiles
 from .errors import EdgekitError, FidelityError, ProfileError
 from .report import write_report
 
-SLOWER = 0.95        # measured below 0.95x its parent's speed: rejected as slower
+SLOWER = 0.95  # measured below 0.95x its parent's speed: rejected as slower
 DEFAULT_PRUNE_LEVELS = (0.0, 0.25)
 NEEDS_CALIB = ("int8",)
 
@@ -61,8 +61,10 @@ def plan(profile, backends=None, precisions=None, prune_levels=DEFAULT_PRUNE_LEV
             for prune in prune_levels:
                 candidates.append({"backend": name, "precision": precision, "prune": float(prune)})
     if not candidates:
-        raise ProfileError(f"no candidate can be built for {prof.name} here: "
-                           + "; ".join(f"{s['backend']}: {s['reason']}" for s in skipped))
+        raise ProfileError(
+            f"no candidate can be built for {prof.name} here: "
+            + "; ".join(f"{s['backend']}: {s['reason']}" for s in skipped)
+        )
     return candidates, skipped
 
 
@@ -93,19 +95,35 @@ def _build_all(model, prof, cands, workdir, build_kwargs, jobs, log):
             kwargs.pop("budget", None)
         t0 = time.perf_counter()
         try:
-            report = build(model, prof, out, backend=c["backend"], precision=c["precision"],
-                           prune=c["prune"] or None, name=c["name"], log=lambda m: None, **kwargs)
+            report = build(
+                model,
+                prof,
+                out,
+                backend=c["backend"],
+                precision=c["precision"],
+                prune=c["prune"] or None,
+                name=c["name"],
+                log=lambda m: None,
+                **kwargs,
+            )
         except FidelityError as e:
             c.update(status="dropped", reason=f"failed fidelity: {e}")
             return c
         except EdgekitError as e:
             c.update(status="failed", reason=str(e))
             return c
-        c.update(status="built", bundle=str(out), size_bytes=report["model_size_bytes"],
-                 build_seconds=round(time.perf_counter() - t0, 2), cache_hit=report["cache"]["hit"])
+        c.update(
+            status="built",
+            bundle=str(out),
+            size_bytes=report["model_size_bytes"],
+            build_seconds=round(time.perf_counter() - t0, 2),
+            cache_hit=report["cache"]["hit"],
+        )
         c["quality_metric"], c["quality"] = _quality(report)
-        log(f"  built {c['label']}: {c['size_bytes'] / 1024:.0f} KB, {c['quality_metric']} {c['quality']}"
-            + (" (cached)" if c["cache_hit"] else ""))
+        log(
+            f"  built {c['label']}: {c['size_bytes'] / 1024:.0f} KB, {c['quality_metric']} {c['quality']}"
+            + (" (cached)" if c["cache_hit"] else "")
+        )
         return c
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -128,9 +146,15 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
     def device_for(c):
         key = c["backend"] if kind == "local" else "-"
         if key not in devices:
-            devices[key] = open_device(kind, target, profile=prof, device_python=device_python,
-                                       device_root=device_root, backend=c["backend"] if kind == "local" else None,
-                                       **opts)
+            devices[key] = open_device(
+                kind,
+                target,
+                profile=prof,
+                device_python=device_python,
+                device_root=device_root,
+                backend=c["backend"] if kind == "local" else None,
+                **opts,
+            )
         return devices[key]
 
     description = device_url
@@ -162,11 +186,15 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
                 continue
             rep = last[c["label"]]
             vals = p50s[c["label"]]
-            c.update(status="measured", p50_ms=round(statistics.median(vals), 4),
-                     p50_range_ms=[round(min(vals), 4), round(max(vals), 4)],
-                     p90_ms=rep["latency_ms"].get("p90"), accelerator=rep.get("accelerator"),
-                     runtime=f"{rep.get('backend', c['backend'])} {rep.get('runtime_version', '')}".strip(),
-                     threads=rep.get("threads"))
+            c.update(
+                status="measured",
+                p50_ms=round(statistics.median(vals), 4),
+                p50_range_ms=[round(min(vals), 4), round(max(vals), 4)],
+                p90_ms=rep["latency_ms"].get("p90"),
+                accelerator=rep.get("accelerator"),
+                runtime=f"{rep.get('backend', c['backend'])} {rep.get('runtime_version', '')}".strip(),
+                threads=rep.get("threads"),
+            )
         for c in built:
             dev = c.pop("deployed_to", None)
             if dev is not None:
@@ -205,8 +233,11 @@ def choose(cands):
         if parent is not None:
             c["speedup_vs_parent"] = round(parent["p50_ms"] / c["p50_ms"], 3)
             if c["speedup_vs_parent"] < SLOWER:
-                c.update(status="rejected", reason=f"measured slower than its parent {parent['label']} on the device "
-                                                   f"({c['p50_ms']:.3f} vs {parent['p50_ms']:.3f} ms p50)")
+                c.update(
+                    status="rejected",
+                    reason=f"measured slower than its parent {parent['label']} on the device "
+                    f"({c['p50_ms']:.3f} vs {parent['p50_ms']:.3f} ms p50)",
+                )
     alive = [c for c in cands if c["status"] == "measured"]
     if not alive:
         return [], None, "no candidate passed fidelity and ran on the device"
@@ -221,8 +252,10 @@ def choose(cands):
     if winner is fastest:
         lead = f"fastest on the device among the {len(alive)} candidates that kept fidelity"
     else:
-        lead = (f"the smallest of the front's candidates within 5 % of the fastest ({fastest['label']}, "
-                f"{fastest['p50_ms']:.3f} ms) on the device, among {len(alive)} that kept fidelity")
+        lead = (
+            f"the smallest of the front's candidates within 5 % of the fastest ({fastest['label']}, "
+            f"{fastest['p50_ms']:.3f} ms) on the device, among {len(alive)} that kept fidelity"
+        )
     reason = f"{winner['label']}: {lead} ({winner['p50_ms']:.3f} ms p50"
     if base is not None and base is not winner:
         reason += f", {base['p50_ms'] / winner['p50_ms']:.2f}x {base['label']}"
@@ -230,17 +263,40 @@ def choose(cands):
     return front, winner, reason
 
 
-def auto_build(model, profile, output, device="local://", calib=None, val=None, preprocess=None, input_shapes=None,
-               name=None, budget=None, backends=None, precisions=None, prune_levels=DEFAULT_PRUNE_LEVELS, jobs=None,
-               runs=50, warmup=5, rounds=3, device_python=None, device_root=None, use_cache=True, log=None, **gates):
+def auto_build(
+    model,
+    profile,
+    output,
+    device="local://",
+    calib=None,
+    val=None,
+    preprocess=None,
+    input_shapes=None,
+    name=None,
+    budget=None,
+    backends=None,
+    precisions=None,
+    prune_levels=DEFAULT_PRUNE_LEVELS,
+    jobs=None,
+    runs=50,
+    warmup=5,
+    rounds=3,
+    device_python=None,
+    device_root=None,
+    use_cache=True,
+    log=None,
+    **gates,
+):
     """Build the candidate grid, measure it on ``device`` (a URL: local://, ssh://..., adb://...) and write
     the winner to ``output``; return the winner's build report with an ``auto`` section."""
     log = log or (lambda m: None)
     t0 = time.perf_counter()
     prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
     if prof.build_only:
-        raise ProfileError(f"profile {prof.name} is build-only: --auto measures candidates on the device, "
-                           "which needs an edgekit agent there")
+        raise ProfileError(
+            f"profile {prof.name} is build-only: --auto measures candidates on the device, "
+            "which needs an edgekit agent there"
+        )
     bundle_mod.check_output(output)
     from .model import load_model, parse_input_shapes
 
@@ -257,19 +313,36 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
     workdir = output.with_name(output.name + "-candidates")
     workdir.mkdir(parents=True, exist_ok=True)
     jobs = jobs or max(1, min(len(cands), os.cpu_count() or 1))
-    log(f"--auto: {len(cands)} candidates for {prof.name} ({', '.join(c['label'] for c in cands)}), {jobs} in parallel"
-        + (f"; skipped: {', '.join(s['backend'] + ('/' + s['precision'] if 'precision' in s else '') for s in skipped)}"
-           if skipped else ""))
-    build_kwargs = dict(calib=calib, val=val, preprocess=preprocess, input_shapes=input_shapes, budget=budget,
-                        use_cache=use_cache, **gates)
+    log(
+        f"--auto: {len(cands)} candidates for {prof.name} ({', '.join(c['label'] for c in cands)}), {jobs} in parallel"
+        + (
+            f"; skipped: {', '.join(s['backend'] + ('/' + s['precision'] if 'precision' in s else '') for s in skipped)}"
+            if skipped
+            else ""
+        )
+    )
+    build_kwargs = dict(
+        calib=calib,
+        val=val,
+        preprocess=preprocess,
+        input_shapes=input_shapes,
+        budget=budget,
+        use_cache=use_cache,
+        **gates,
+    )
     _build_all(model, prof, cands, workdir, build_kwargs, jobs, log)
     built = [c for c in cands if c["status"] == "built"]
     log(f"--auto: {len(built)} of {len(cands)} kept fidelity; measuring them on {device}")
-    description = _measure(built, device, prof, runs, warmup, rounds, device_python, device_root, log) if built else device
+    description = (
+        _measure(built, device, prof, runs, warmup, rounds, device_python, device_root, log) if built else device
+    )
     front, winner, reason = choose(cands)
     if winner is None:
-        raise FidelityError(f"--auto found nothing to ship for {prof.name}: "
-                            + "; ".join(f"{c['label']}: {c.get('reason', c['status'])}" for c in cands))
+        raise FidelityError(
+            f"--auto found nothing to ship for {prof.name}: "
+            + "; ".join(f"{c['label']}: {c.get('reason', c['status'])}" for c in cands)
+        )
+
     def as_winner(staged):
         manifest = bundle_mod.load(staged)
         manifest["name"] = base  # the version id does not depend on the name: the files are the same
@@ -278,14 +351,44 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
         report["name"] = base
         report["output"] = str(output)
         report["auto"] = {
-            "device": description, "winner": winner["label"], "reason": reason,
-            "measurement": {"runs": runs, "warmup": warmup, "rounds": rounds,
-                            "note": "p50 is the median of the rounds' p50s; candidates were measured round-robin"},
-            "candidates": [{k: c.get(k) for k in ("label", "backend", "precision", "prune", "status", "reason",
-                                                   "size_bytes", "quality_metric", "quality", "p50_ms", "p50_range_ms",
-                                                   "p90_ms", "speedup_vs_parent", "accelerator", "runtime", "threads",
-                                                   "pareto", "bundle", "cache_hit")} for c in cands],
-            "skipped": skipped, "seconds": round(time.perf_counter() - t0, 1),
+            "device": description,
+            "winner": winner["label"],
+            "reason": reason,
+            "measurement": {
+                "runs": runs,
+                "warmup": warmup,
+                "rounds": rounds,
+                "note": "p50 is the median of the rounds' p50s; candidates were measured round-robin",
+            },
+            "candidates": [
+                {
+                    k: c.get(k)
+                    for k in (
+                        "label",
+                        "backend",
+                        "precision",
+                        "prune",
+                        "status",
+                        "reason",
+                        "size_bytes",
+                        "quality_metric",
+                        "quality",
+                        "p50_ms",
+                        "p50_range_ms",
+                        "p90_ms",
+                        "speedup_vs_parent",
+                        "accelerator",
+                        "runtime",
+                        "threads",
+                        "pareto",
+                        "bundle",
+                        "cache_hit",
+                    )
+                }
+                for c in cands
+            ],
+            "skipped": skipped,
+            "seconds": round(time.perf_counter() - t0, 1),
         }
         write_report(staged, report)
         return report
@@ -295,9 +398,11 @@ def auto_build(model, profile, output, device="local://", calib=None, val=None, 
 
 def auto_text(report):
     a = report["auto"]
-    lines = [f"--auto on {a['device']} ({a['measurement']['rounds']} rounds x {a['measurement']['runs']} runs, "
-             f"{a['seconds']} s)",
-             f"{'candidate':<28} {'status':<9} {'size KB':>8} {'quality':>16} {'p50 ms':>9} {'range':>17} {'vs parent':>9}"]
+    lines = [
+        f"--auto on {a['device']} ({a['measurement']['rounds']} rounds x {a['measurement']['runs']} runs, "
+        f"{a['seconds']} s)",
+        f"{'candidate':<28} {'status':<9} {'size KB':>8} {'quality':>16} {'p50 ms':>9} {'range':>17} {'vs parent':>9}",
+    ]
     for c in a["candidates"]:
         q = f"{c['quality_metric'][:3]} {c['quality']}" if c.get("quality") is not None else "-"
         size = f"{c['size_bytes'] / 1024:.0f}" if c.get("size_bytes") else "-"
@@ -309,7 +414,9 @@ def auto_text(report):
         if c.get("reason") and c["status"] != "measured":
             lines.append(f"   {c['reason'][:150]}")
     for s in a["skipped"]:
-        lines.append(f" skipped {s['backend']}" + (f" {s['precision']}" if "precision" in s else "") + f": {s['reason'][:120]}")
+        lines.append(
+            f" skipped {s['backend']}" + (f" {s['precision']}" if "precision" in s else "") + f": {s['reason'][:120]}"
+        )
     lines.append("* winner, + Pareto front (latency, size, quality)")
     lines.append(f"winner: {a['reason']}")
     lines.append(f"written to {report['output']}; every candidate is in {report['output']}-candidates/")

@@ -1,8 +1,8 @@
 """``edgekit build``: reference model + profile -> verified bundle.
 
-    load profile -> read + shape-fix model -> load data -> cache lookup
-      -> backend.build (each step checked against the reference)
-      -> manifest + report -> atomic rename into OUTDIR -> cache store
+load profile -> read + shape-fix model -> load data -> cache lookup
+  -> backend.build (each step checked against the reference)
+  -> manifest + report -> atomic rename into OUTDIR -> cache store
 """
 
 import json
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, fidelity
+from . import __version__, cache, converters, fidelity, profiles
 from . import bundle as bundle_mod
-from . import converters, profiles
 from .data import load_dataset, save_samples, synthetic_dataset
 from .errors import ProfileError
 from .model import load_model, parse_input_shapes
@@ -28,10 +27,28 @@ SLOWER = 0.95  # a shrunk build under 0.95x the reference's speed counts as meas
 CALIB_SAMPLES = 256
 
 
-def build(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
-          input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
-          allow_degraded=False, use_cache=True, log=None, budget=None, prune=None, prune_mode=None,
-          prune_recipe=None):
+def build(
+    model,
+    profile,
+    output,
+    backend="ort",
+    precision="auto",
+    calib=None,
+    val=None,
+    preprocess=None,
+    input_shapes=None,
+    name=None,
+    min_cosine=None,
+    min_top1=None,
+    max_accuracy_drop=None,
+    allow_degraded=False,
+    use_cache=True,
+    log=None,
+    budget=None,
+    prune=None,
+    prune_mode=None,
+    prune_recipe=None,
+):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
@@ -42,23 +59,49 @@ def build(model, profile, output, backend="ort", precision="auto", calib=None, v
     this machine is the target, a shrunk build is also timed against the FP32 reference
     here, and if it measured slower the FP32 build is kept instead (the report says why).
     """
-    kwargs = dict(backend=backend, calib=calib, val=val, preprocess=preprocess, input_shapes=input_shapes, name=name,
-                  min_cosine=min_cosine, min_top1=min_top1, max_accuracy_drop=max_accuracy_drop,
-                  allow_degraded=allow_degraded, use_cache=use_cache, log=log, budget=budget, prune=prune,
-                  prune_mode=prune_mode, prune_recipe=prune_recipe)
+    kwargs = dict(
+        backend=backend,
+        calib=calib,
+        val=val,
+        preprocess=preprocess,
+        input_shapes=input_shapes,
+        name=name,
+        min_cosine=min_cosine,
+        min_top1=min_top1,
+        max_accuracy_drop=max_accuracy_drop,
+        allow_degraded=allow_degraded,
+        use_cache=use_cache,
+        log=log,
+        budget=budget,
+        prune=prune,
+        prune_mode=prune_mode,
+        prune_recipe=prune_recipe,
+    )
     report = _build_one(model, profile, output, precision=precision, **kwargs)
     measured = report.get("host_latency")
-    if (precision in (None, "auto") and budget is None and report["precision"] != "fp32" and measured
-            and measured["speedup"] < SLOWER):
+    if (
+        precision in (None, "auto")
+        and budget is None
+        and report["precision"] != "fp32"
+        and measured
+        and measured["speedup"] < SLOWER
+    ):
         (log or (lambda m: None))(
-            f"{report['precision']} measured {measured['speedup']:.2f}x the speed of fp32 on this machine: keeping fp32")
-        rejected = {"precision": report["precision"], "speedup_vs_fp32": measured["speedup"],
-                    "p50_ms": measured["built_p50_ms"], "fp32_p50_ms": measured["reference_p50_ms"]}
+            f"{report['precision']} measured {measured['speedup']:.2f}x the speed of fp32 on this machine: keeping fp32"
+        )
+        rejected = {
+            "precision": report["precision"],
+            "speedup_vs_fp32": measured["speedup"],
+            "p50_ms": measured["built_p50_ms"],
+            "fp32_p50_ms": measured["reference_p50_ms"],
+        }
         report = _build_one(model, profile, output, precision="fp32", **kwargs)
         report["precision_choice"] = {
-            "auto": True, "chosen": "fp32", "rejected": [rejected],
+            "auto": True,
+            "chosen": "fp32",
+            "rejected": [rejected],
             "reason": f"{rejected['precision']} was measured slower than fp32 on this machine "
-                      f"({rejected['p50_ms']:.3f} ms vs {rejected['fp32_p50_ms']:.3f} ms p50)",
+            f"({rejected['p50_ms']:.3f} ms vs {rejected['fp32_p50_ms']:.3f} ms p50)",
         }
         write_report(Path(output), report)
     return report
@@ -76,8 +119,10 @@ def _reference_outputs(be, reference_path, dataset):
     for name, value in outputs[0].items():
         arr = np.asarray(value)
         if arr.dtype.kind == "f" and not all(np.all(np.isfinite(o[name])) for o in outputs):
-            raise ModelError(f"the reference model itself outputs NaN/Inf for {name} on the "
-                             f"{'synthetic' if dataset.synthetic else 'given'} inputs; check the data's range and preprocessing")
+            raise ModelError(
+                f"the reference model itself outputs NaN/Inf for {name} on the "
+                f"{'synthetic' if dataset.synthetic else 'given'} inputs; check the data's range and preprocessing"
+            )
     return outputs
 
 
@@ -93,11 +138,19 @@ def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=
     finally:
         getattr(ref, "close", lambda: None)()
     r, b = measured
-    return {"reference_p50_ms": round(r, 4), "built_p50_ms": round(b, 4), "speedup": round(r / b, 3),
-            "runtimes": {"reference": getattr(ref, "runtime", None) or be.runtime,
-                         "built": getattr(built, "runtime", None) or be.runtime},
-            "threads": threads, "rounds": rounds, "runs_per_round": runs,
-            "note": "measured on the build machine, which is the target for the host profile"}
+    return {
+        "reference_p50_ms": round(r, 4),
+        "built_p50_ms": round(b, 4),
+        "speedup": round(r / b, 3),
+        "runtimes": {
+            "reference": getattr(ref, "runtime", None) or be.runtime,
+            "built": getattr(built, "runtime", None) or be.runtime,
+        },
+        "threads": threads,
+        "rounds": rounds,
+        "runs_per_round": runs,
+        "note": "measured on the build machine, which is the target for the host profile",
+    }
 
 
 def _interleaved(ref, built, feed, rounds, runs):
@@ -126,10 +179,28 @@ def _placement(result, ctx, backend):
         return {"error": f"placement analysis failed: {type(e).__name__}: {e}"}
 
 
-def _build_one(model, profile, output, backend="ort", precision="auto", calib=None, val=None, preprocess=None,
-               input_shapes=None, name=None, min_cosine=None, min_top1=None, max_accuracy_drop=None,
-               allow_degraded=False, use_cache=True, log=None, budget=None, prune=None, prune_mode=None,
-               prune_recipe=None):
+def _build_one(
+    model,
+    profile,
+    output,
+    backend="ort",
+    precision="auto",
+    calib=None,
+    val=None,
+    preprocess=None,
+    input_shapes=None,
+    name=None,
+    min_cosine=None,
+    min_top1=None,
+    max_accuracy_drop=None,
+    allow_degraded=False,
+    use_cache=True,
+    log=None,
+    budget=None,
+    prune=None,
+    prune_mode=None,
+    prune_recipe=None,
+):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
@@ -138,7 +209,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     if isinstance(input_shapes, (list, tuple)):
         input_shapes = parse_input_shapes(input_shapes)
     if backend not in prof.data["runtimes"]["ranked"]:
-        raise ProfileError(f"profile {prof.name} does not run backend {backend!r}; it runs: {', '.join(prof.data['runtimes']['ranked'])}")
+        raise ProfileError(
+            f"profile {prof.name} does not run backend {backend!r}; it runs: {', '.join(prof.data['runtimes']['ranked'])}"
+        )
     bundle_mod.check_output(output)
 
     src = load_model(model, input_shapes)
@@ -149,7 +222,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     if precision in (None, "auto"):
         precision = be.default_precision(prof, calib_ds is not None)
     if precision not in be.precisions:
-        raise ProfileError(f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}")
+        raise ProfileError(
+            f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}"
+        )
     thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop)
     if budget is not None:  # INT8 with layers kept float until the budget holds (edgekit.passes.mixed_precision)
         from .passes.mixed_precision import prepare
@@ -164,15 +239,27 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
         thresholds = prune_pass.relax_thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop)
     bundle_name = name or Path(model).stem
 
-    cache_key = cache.key({
-        "edgekit": __version__, "epoch": CACHE_EPOCH, "runtime": be.runtime_version(), "source": src.sha256,
-        "shapes": {s.name: s.shape for s in src.inputs}, "profile": prof.data, "backend": backend,
-        "precision": precision, "calib": cache.path_digest(calib), "val": cache.path_digest(val),
-        "preprocess": preprocess, "thresholds": thresholds.to_dict(), "allow_degraded": allow_degraded,
-        "name": bundle_name, **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
-        **({"prune": pruning} if pruning else {}),
-        **({"toolenv": be.toolenv.digest()} if getattr(be, "toolenv", None) is not None else {}),
-    })
+    cache_key = cache.key(
+        {
+            "edgekit": __version__,
+            "epoch": CACHE_EPOCH,
+            "runtime": be.runtime_version(),
+            "source": src.sha256,
+            "shapes": {s.name: s.shape for s in src.inputs},
+            "profile": prof.data,
+            "backend": backend,
+            "precision": precision,
+            "calib": cache.path_digest(calib),
+            "val": cache.path_digest(val),
+            "preprocess": preprocess,
+            "thresholds": thresholds.to_dict(),
+            "allow_degraded": allow_degraded,
+            "name": bundle_name,
+            **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
+            **({"prune": pruning} if pruning else {}),
+            **({"toolenv": be.toolenv.digest()} if getattr(be, "toolenv", None) is not None else {}),
+        }
+    )
     output = Path(output)
     hit = cache.lookup(cache_key) if use_cache else None
     if hit:
@@ -191,8 +278,10 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
     work = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:
         reference_path = src.save(work / "reference.onnx")
-        log(f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
-            f"{'synthetic' if fid_ds.synthetic else 'real'} samples")
+        log(
+            f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
+            f"{'synthetic' if fid_ds.synthetic else 'real'} samples"
+        )
         reference_outputs = _reference_outputs(be, reference_path, fid_ds)
         steps = []
         last_outputs = [reference_outputs]
@@ -205,9 +294,19 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
             return record
 
-        ctx = converters.BuildContext(source=src, reference_path=reference_path, profile=prof, precision=precision,
-                                      calib=calib_ds, workdir=work, check=check, log=log, budget=budget,
-                                      evaluation=fid_ds, allow_degraded=allow_degraded)
+        ctx = converters.BuildContext(
+            source=src,
+            reference_path=reference_path,
+            profile=prof,
+            precision=precision,
+            calib=calib_ds,
+            workdir=work,
+            check=check,
+            log=log,
+            budget=budget,
+            evaluation=fid_ds,
+            allow_degraded=allow_degraded,
+        )
         if pruning:  # the backend converts the pruned model; every step is still checked against the original
             ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)
         log(f"building {backend} {precision} for {prof.name}")
@@ -227,7 +326,9 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
             # What this machine computed for that sample with the final model file: the device compares.
             np.savez(staged / "expected_outputs.npz", **last_outputs[0][0])
-            files.append(bundle_mod.file_entry(staged / "expected_outputs.npz", "expected_outputs.npz", "expected_outputs"))
+            files.append(
+                bundle_mod.file_entry(staged / "expected_outputs.npz", "expected_outputs.npz", "expected_outputs")
+            )
 
             manifest = {
                 "schema_version": bundle_mod.MANIFEST_SCHEMA_VERSION,
@@ -256,14 +357,19 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
             # An unpruned fp32 build is the reference in the runtime's own format: nothing to compare it with.
             if prof.name == profiles.HOST and not (precision == "fp32" and not pruning):
                 host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
-                log(f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
-                    f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)")
+                log(
+                    f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
+                    f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)"
+                )
             warnings = list(result.warnings)
             if host_latency and host_latency["speedup"] < SLOWER:
-                warnings.append(f"{precision} ran {host_latency['speedup']:.2f}x the speed of the fp32 reference on this "
-                                "machine (slower); --precision fp32 is faster here" if not pruning else
-                                f"the pruned {precision} build ran {host_latency['speedup']:.2f}x the speed of the "
-                                "unpruned fp32 model on this machine (slower)")
+                warnings.append(
+                    f"{precision} ran {host_latency['speedup']:.2f}x the speed of the fp32 reference on this "
+                    "machine (slower); --precision fp32 is faster here"
+                    if not pruning
+                    else f"the pruned {precision} build ran {host_latency['speedup']:.2f}x the speed of the "
+                    "unpruned fp32 model on this machine (slower)"
+                )
             report = {
                 "schema": "edgekit.build-report",
                 "schema_version": SCHEMA_VERSION,
@@ -284,7 +390,7 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 "fidelity": {
                     "data": fid_ds.describe(),
                     "measured_on": f"this machine ({profiles.detect_host().arch}, {be.runtime} CPU); the device "
-                                   "compares its own outputs for the sample when the bundle is installed",
+                    "compares its own outputs for the sample when the bundle is installed",
                     "calibration": calib_ds.describe() if calib_ds else None,
                     "thresholds": thresholds.to_dict(),
                     "passed": not degraded,
@@ -293,11 +399,17 @@ def _build_one(model, profile, output, backend="ort", precision="auto", calib=No
                 },
                 "ops": result.ops,
                 "host_latency": host_latency,
-                "warnings": warnings + (
+                "warnings": warnings
+                + (
                     ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
-                    if fid_ds.synthetic else []) + (
+                    if fid_ds.synthetic
+                    else []
+                )
+                + (
                     ["fidelity was measured on the calibration data itself (in-sample): pass --val with held-out data"]
-                    if calib_ds is not None and val_ds is None else []),
+                    if calib_ds is not None and val_ds is None
+                    else []
+                ),
                 **result.sections,
                 **({"pruning": pruning} if pruning else {}),
                 "cache": {"hit": False, "key": cache_key},

@@ -38,7 +38,9 @@ def bundle_id(manifest):
     """Content id: same files, same target -> same id (the version the device installs)."""
     key = {
         "files": sorted((f["name"], f["sha256"]) for f in manifest["files"]),
-        "backend": manifest["backend"], "precision": manifest["precision"], "profile": manifest["profile"],
+        "backend": manifest["backend"],
+        "precision": manifest["precision"],
+        "profile": manifest["profile"],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -100,19 +102,23 @@ def load(path):
     path = Path(path)
     mf = path / MANIFEST
     if not mf.is_file():
-        raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST}); build one with `edgekit build MODEL --profile P -o {path}`")
+        raise BundleError(
+            f"{path} is not an edgekit bundle (no {MANIFEST}); build one with `edgekit build MODEL --profile P -o {path}`"
+        )
     try:
         manifest = json.loads(mf.read_text())
     except ValueError as e:
         raise BundleError(f"{mf} is not valid JSON ({e}); rebuild the bundle") from None
     if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
-        raise BundleError(f"{mf} has schema_version {manifest.get('schema_version')!r}; this edgekit reads {MANIFEST_SCHEMA_VERSION}: rebuild the bundle")
+        raise BundleError(
+            f"{mf} has schema_version {manifest.get('schema_version')!r}; this edgekit reads {MANIFEST_SCHEMA_VERSION}: rebuild the bundle"
+        )
     for f in manifest["files"]:
         fp = path / f["name"]
         if not fp.is_file():
             raise BundleError(f"bundle {path} is missing {f['name']}; rebuild it")
         if fp.stat().st_size != f["size"] or file_sha256(fp) != f["sha256"]:
-            raise BundleError(f"bundle file {fp} does not match its sha256 in the manifest (modified or corrupt); rebuild the bundle")
+            raise BundleError(
+                f"bundle file {fp} does not match its sha256 in the manifest (modified or corrupt); rebuild the bundle"
+            )
     return manifest
-
-

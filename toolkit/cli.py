@@ -50,9 +50,18 @@ def cmd_profiles(args):
             sys.stdout.write(f"# {p.name} ({p.source})\n{pprint.pformat(p.data, sort_dicts=False, width=110)}\n")
         return 0
     items = profiles.load_all()
-    rows = [{"name": p.name, "description": p.data["description"], "arch": p.arch, "os": p.os_family,
-             "runtimes": p.data["runtimes"]["ranked"], "transport": p.data["agent"]["transport"],
-             "accelerators": [a["name"] for a in p.data["accelerators"]]} for p in items]
+    rows = [
+        {
+            "name": p.name,
+            "description": p.data["description"],
+            "arch": p.arch,
+            "os": p.os_family,
+            "runtimes": p.data["runtimes"]["ranked"],
+            "transport": p.data["agent"]["transport"],
+            "accelerators": [a["name"] for a in p.data["accelerators"]],
+        }
+        for p in items
+    ]
     if args.json:
         _emit(args, {"profiles": rows}, None)
     else:
@@ -69,21 +78,47 @@ def cmd_build(args):
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
     if args.auto:
         return _cmd_build_auto(args, log)
-    auto_only = [flag for flag, value in (("--target", args.target), ("--backends", args.backends),
-                                          ("--prune-levels", args.prune_levels), ("--auto-runs", args.auto_runs),
-                                          ("--auto-rounds", args.auto_rounds), ("--device-python", args.device_python),
-                                          ("--device-root", args.device_root)) if value is not None]
+    auto_only = [
+        flag
+        for flag, value in (
+            ("--target", args.target),
+            ("--backends", args.backends),
+            ("--prune-levels", args.prune_levels),
+            ("--auto-runs", args.auto_runs),
+            ("--auto-rounds", args.auto_rounds),
+            ("--device-python", args.device_python),
+            ("--device-root", args.device_root),
+        )
+        if value is not None
+    ]
     if auto_only:
-        raise EdgekitError(f"{auto_only[0]} works only with --auto (it measures candidates on a device); "
-                           f"add --auto, or drop {auto_only[0]}")
+        raise EdgekitError(
+            f"{auto_only[0]} works only with --auto (it measures candidates on a device); "
+            f"add --auto, or drop {auto_only[0]}"
+        )
     try:
-        report = build(args.model, args.profile, args.output, backend=args.backend or "ort", precision=args.precision,
-                       calib=args.calib, val=args.val, preprocess=args.preprocess, input_shapes=args.input_shape,
-                       name=args.name, min_cosine=args.min_cosine, min_top1=args.min_top1,
-                       max_accuracy_drop=args.max_accuracy_drop, allow_degraded=args.allow_degraded,
-                       budget=args.budget,
-                       prune=args.prune, prune_mode=args.prune_mode, prune_recipe=args.prune_recipe,
-                       use_cache=not args.no_cache, log=log)
+        report = build(
+            args.model,
+            args.profile,
+            args.output,
+            backend=args.backend or "ort",
+            precision=args.precision,
+            calib=args.calib,
+            val=args.val,
+            preprocess=args.preprocess,
+            input_shapes=args.input_shape,
+            name=args.name,
+            min_cosine=args.min_cosine,
+            min_top1=args.min_top1,
+            max_accuracy_drop=args.max_accuracy_drop,
+            allow_degraded=args.allow_degraded,
+            budget=args.budget,
+            prune=args.prune,
+            prune_mode=args.prune_mode,
+            prune_recipe=args.prune_recipe,
+            use_cache=not args.no_cache,
+            log=log,
+        )
     except FidelityError as e:
         if args.json and e.report:
             _emit(args, {"error": str(e), "fidelity_step": e.report}, None)
@@ -102,25 +137,45 @@ def _cmd_build_auto(args, log):
             raise EdgekitError(f"--prune-levels {text!r}: give fractions separated by commas, e.g. 0,0.25") from None
 
     if args.prune is not None or args.prune_recipe:
-        raise EdgekitError("--auto tries pruning levels itself: use --prune-levels 0,0.25 instead of "
-                           + ("--prune" if args.prune is not None else "--prune-recipe"))
+        raise EdgekitError(
+            "--auto tries pruning levels itself: use --prune-levels 0,0.25 instead of "
+            + ("--prune" if args.prune is not None else "--prune-recipe")
+        )
     if args.prune_mode is not None:
-        raise EdgekitError("--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto")
+        raise EdgekitError(
+            "--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto"
+        )
     if args.backend is not None:
         raise EdgekitError("--auto tries every backend the profile runs: use --backends B1,B2 instead of --backend")
     if args.allow_degraded:
-        raise EdgekitError("--auto writes only a candidate that keeps fidelity: drop --allow-degraded, "
-                           "or build one configuration without --auto")
+        raise EdgekitError(
+            "--auto writes only a candidate that keeps fidelity: drop --allow-degraded, "
+            "or build one configuration without --auto"
+        )
     report = auto_build(
-        args.model, args.profile, args.output, device=args.target or "local://", calib=args.calib, val=args.val,
-        preprocess=args.preprocess, input_shapes=args.input_shape, name=args.name, budget=args.budget,
+        args.model,
+        args.profile,
+        args.output,
+        device=args.target or "local://",
+        calib=args.calib,
+        val=args.val,
+        preprocess=args.preprocess,
+        input_shapes=args.input_shape,
+        name=args.name,
+        budget=args.budget,
         backends=[b for b in (args.backends or "").split(",") if b] or None,
         precisions=None if args.precision == "auto" else [args.precision],
         prune_levels=floats(args.prune_levels) if args.prune_levels else DEFAULT_PRUNE_LEVELS,
-        runs=50 if args.auto_runs is None else args.auto_runs, rounds=3 if args.auto_rounds is None else args.auto_rounds,
-        device_python=args.device_python, device_root=args.device_root,
-        use_cache=not args.no_cache, log=log, min_cosine=args.min_cosine, min_top1=args.min_top1,
-        max_accuracy_drop=args.max_accuracy_drop)
+        runs=50 if args.auto_runs is None else args.auto_runs,
+        rounds=3 if args.auto_rounds is None else args.auto_rounds,
+        device_python=args.device_python,
+        device_root=args.device_root,
+        use_cache=not args.no_cache,
+        log=log,
+        min_cosine=args.min_cosine,
+        min_top1=args.min_top1,
+        max_accuracy_drop=args.max_accuracy_drop,
+    )
     _emit(args, report, auto_text)
     return 0
 
@@ -130,8 +185,10 @@ def _check_baud(args):
     if getattr(args, "baud", None) is None:
         return
     if getattr(args, "fleet", None):
-        raise EdgekitError("--baud cannot be combined with --fleet: give each serial device its rate in the "
-                           "inventory's url (serial:///dev/ttyUSB0?baud=115200)")
+        raise EdgekitError(
+            "--baud cannot be combined with --fleet: give each serial device its rate in the "
+            "inventory's url (serial:///dev/ttyUSB0?baud=115200)"
+        )
     if not getattr(args, "serial", None):
         raise EdgekitError("--baud sets the line speed of --serial PORT: add --serial, or drop --baud")
 
@@ -140,7 +197,11 @@ def _device_target(args):
     """``(kind, target, options)`` from the device flags of a command."""
     _check_baud(args)
     if getattr(args, "ssh", None):
-        return "ssh", args.ssh, {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts}
+        return (
+            "ssh",
+            args.ssh,
+            {"key_file": args.ssh_key, "ssh_config": args.ssh_config, "known_hosts": args.known_hosts},
+        )
     if getattr(args, "adb", None) is not None:
         return "adb", args.adb or None, {}
     if getattr(args, "serial", None):
@@ -152,8 +213,15 @@ def _device(args, profile=None, backend=None):
     from .deployer import open_device
 
     kind, target, opts = _device_target(args)
-    return open_device(kind, target, profile=profile, device_python=args.device_python, device_root=args.device_root,
-                       backend=backend, **opts)
+    return open_device(
+        kind,
+        target,
+        profile=profile,
+        device_python=args.device_python,
+        device_root=args.device_root,
+        backend=backend,
+        **opts,
+    )
 
 
 def _other_local_agents(args, root):
@@ -164,19 +232,24 @@ def _other_local_agents(args, root):
     from .converters import all_backends
 
     base = Path(root).expanduser()
-    return [{"backend": b, "root": str(base.parent / f"{base.name}-{b}")} for b in sorted(all_backends())
-            if (base.parent / f"{base.name}-{b}" / "agent").is_dir()]
+    return [
+        {"backend": b, "root": str(base.parent / f"{base.name}-{b}")}
+        for b in sorted(all_backends())
+        if (base.parent / f"{base.name}-{b}" / "agent").is_dir()
+    ]
 
 
 def _progress(args):
     if args.json or args.quiet or not sys.stderr.isatty():
         return None
+
     def show(name, done, total):
         pct = 100 * done // max(total, 1)
         sys.stderr.write(f"\r  uploading {name}: {pct:3d}% ({done}/{total} bytes)")
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
+
     return show
 
 
@@ -186,11 +259,16 @@ def _many_devices(args):
 
     _check_baud(args)
     if getattr(args, "fleet", None):
-        per_device = [f for f in ("ssh_key", "ssh_config", "known_hosts", "device_python", "device_root")
-                      if getattr(args, f, None)]
+        per_device = [
+            f
+            for f in ("ssh_key", "ssh_config", "known_hosts", "device_python", "device_root")
+            if getattr(args, f, None)
+        ]
         if per_device:
-            raise EdgekitError(f"--{per_device[0].replace('_', '-')} cannot be combined with --fleet: "
-                               "put it in the inventory's [[device]] entries (or its [defaults])")
+            raise EdgekitError(
+                f"--{per_device[0].replace('_', '-')} cannot be combined with --fleet: "
+                "put it in the inventory's [[device]] entries (or its [defaults])"
+            )
         return fleet.load_inventory(args.fleet, tag=args.tag)
     if args.tag is not None:
         raise EdgekitError("--tag picks devices of a --fleet inventory: add --fleet INVENTORY.toml, or drop --tag")
@@ -198,13 +276,16 @@ def _many_devices(args):
         for flag, value in (("--jobs", args.jobs), ("--device-timeout", args.device_timeout)):
             if value is not None:
                 also = " (or --adb all)" if args.command == "deploy" else ""
-                raise EdgekitError(f"{flag} applies to many devices at once: add --fleet INVENTORY.toml{also}, "
-                                   f"or drop {flag}")
+                raise EdgekitError(
+                    f"{flag} applies to many devices at once: add --fleet INVENTORY.toml{also}, or drop {flag}"
+                )
         return None
     from .transports.adb import ADBTransport
 
-    return [fleet.FleetDevice(s, f"adb://{s}", "adb", s, {}, python=args.device_python, root=args.device_root)
-            for s in ADBTransport.serials()]
+    return [
+        fleet.FleetDevice(s, f"adb://{s}", "adb", s, {}, python=args.device_python, root=args.device_root)
+        for s in ADBTransport.serials()
+    ]
 
 
 def _run_fleet(args, action, devices):
@@ -213,15 +294,24 @@ def _run_fleet(args, action, devices):
 
     from . import fleet
 
-    on_row = None if args.json or args.quiet else (lambda r: _err(f"  {r['name']}: {r['status']}"
-                                                                  + (f" ({r['error']})" if r["error"] else "")))
+    on_row = (
+        None
+        if args.json or args.quiet
+        else (lambda r: _err(f"  {r['name']}: {r['status']}" + (f" ({r['error']})" if r["error"] else "")))
+    )
     t0 = time.perf_counter()
-    rows = fleet.run_fleet(action, args.bundle, devices,
-                           jobs=fleet.DEFAULT_JOBS if args.jobs is None else args.jobs,
-                           device_timeout=fleet.DEFAULT_DEVICE_TIMEOUT if args.device_timeout is None
-                           else args.device_timeout,
-                           on_row=on_row, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                           providers=args.provider)
+    rows = fleet.run_fleet(
+        action,
+        args.bundle,
+        devices,
+        jobs=fleet.DEFAULT_JOBS if args.jobs is None else args.jobs,
+        device_timeout=fleet.DEFAULT_DEVICE_TIMEOUT if args.device_timeout is None else args.device_timeout,
+        on_row=on_row,
+        runs=args.runs,
+        warmup=args.warmup,
+        threads=args.threads,
+        providers=args.provider,
+    )
     seconds = time.perf_counter() - t0
     _emit(args, {"devices": rows, "summary": fleet.summary(rows, seconds)}, lambda d: fleet.fleet_text(rows, seconds))
     return fleet.exit_code(rows)
@@ -232,16 +322,22 @@ def cmd_deploy(args):
     if devices is not None:
         return _run_fleet(args, "deploy", devices)
     from . import bundle as bundle_mod
-    from .deployer import deploy
+    from .deployer import bundle_profile, deploy
     from .report import bench_text
-
-    from .deployer import bundle_profile
 
     manifest = bundle_mod.load(args.bundle)
     log = (lambda m: None) if args.quiet else (lambda m: _err(m))
     with _device(args, bundle_profile(manifest), manifest["backend"]) as dev:
-        report = deploy(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                        providers=args.provider, progress=_progress(args), log=log)
+        report = deploy(
+            args.bundle,
+            dev,
+            runs=args.runs,
+            warmup=args.warmup,
+            threads=args.threads,
+            providers=args.provider,
+            progress=_progress(args),
+            log=log,
+        )
     _emit(args, report, bench_text)
     return 0
 
@@ -251,15 +347,14 @@ def cmd_bench(args):
     if devices is not None:
         return _run_fleet(args, "bench", devices)
     from . import bundle as bundle_mod
-    from .deployer import bench
+    from .deployer import bench, bundle_profile
     from .report import bench_text
-
-    from .deployer import bundle_profile
 
     manifest = bundle_mod.load(args.bundle)
     with _device(args, bundle_profile(manifest), manifest["backend"]) as dev:
-        report = bench(args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                       providers=args.provider)
+        report = bench(
+            args.bundle, dev, runs=args.runs, warmup=args.warmup, threads=args.threads, providers=args.provider
+        )
     _emit(args, report, bench_text)
     return 0
 
@@ -276,11 +371,15 @@ def cmd_agent(args):
             r = dev.transport.run([dev.python, remote, args.action, "--root", dev.root])
             said = r.stderr + r.stdout
             if not r.ok and ("No such file" in said or "can't open file" in said):
-                raise EdgekitError(f"no edgekit agent is installed in {dev.root} on {dev.transport.description}; "
-                                   "`edgekit deploy BUNDLE` installs it")
+                raise EdgekitError(
+                    f"no edgekit agent is installed in {dev.root} on {dev.transport.description}; "
+                    "`edgekit deploy BUNDLE` installs it"
+                )
             if not r.ok:
-                raise EdgekitError(f"agent {args.action} failed on {dev.transport.description}: "
-                                   f"{(r.stderr or r.stdout).strip()[-400:] or 'agent not installed'}")
+                raise EdgekitError(
+                    f"agent {args.action} failed on {dev.transport.description}: "
+                    f"{(r.stderr or r.stdout).strip()[-400:] or 'agent not installed'}"
+                )
             result = json.loads(r.stdout.strip().splitlines()[-1])
     _emit(args, result, lambda d: json.dumps(d, indent=2) + "\n")
     return 0
@@ -290,8 +389,15 @@ def cmd_rollback(args):
     with _device(args, backend=args.backend) as dev:
         dev.ensure_agent()
         result = dev.rollback(args.name, args.to)
-    _emit(args, result, lambda d: (f"{d['name']}: already serving {d['version']}\n" if d.get("unchanged") else
-                                   f"{d['name']}: now serving {d['version']} (was {d['previous']})\n"))
+    _emit(
+        args,
+        result,
+        lambda d: (
+            f"{d['name']}: already serving {d['version']}\n"
+            if d.get("unchanged")
+            else f"{d['name']}: now serving {d['version']} (was {d['previous']})\n"
+        ),
+    )
     return 0
 
 
@@ -307,21 +413,33 @@ def cmd_models(args):
         others = _other_local_agents(args, dev.root)
 
     def text(d):
-        also = [f"also: {a['backend']} agent in {a['root']}: pass --backend {a['backend']}"
-                for a in d.get("other_agents", [])]
+        also = [
+            f"also: {a['backend']} agent in {a['root']}: pass --backend {a['backend']}"
+            for a in d.get("other_agents", [])
+        ]
         if not d["models"]:
             return "\n".join([f"no models deployed on {d['device']}"] + also) + "\n"
         lines = [f"{'model':<24} {'serving':<18} {'backend':<14} {'precision':<12} kept versions"]
         for m in d["models"]:
             kept = ", ".join(v + ("*" if v == m["version"] else "") for v in m.get("versions", []))
-            lines.append(f"{m['name']:<24} {m['version']:<18} {m.get('backend') or '-':<14} "
-                         f"{m.get('precision') or '-':<12} {kept}")
+            lines.append(
+                f"{m['name']:<24} {m['version']:<18} {m.get('backend') or '-':<14} "
+                f"{m.get('precision') or '-':<12} {kept}"
+            )
         return "\n".join(lines + also) + "\n"
 
-    _emit(args, {"device": where, "models": [{k: m.get(k) for k in ("name", "version", "versions", "backend",
-                                                                    "precision", "profile", "loaded")} for m in models],
-                 **({"other_agents": others} if others else {})},
-          text)
+    _emit(
+        args,
+        {
+            "device": where,
+            "models": [
+                {k: m.get(k) for k in ("name", "version", "versions", "backend", "precision", "profile", "loaded")}
+                for m in models
+            ],
+            **({"other_agents": others} if others else {}),
+        },
+        text,
+    )
     return 0
 
 
@@ -330,6 +448,7 @@ def cmd_field(args):
 
     with FieldStore(args.store) as store:
         if args.action == "pull":
+
             def progress(kind, value):
                 if kind == "gap":
                     _err(f"warning: {value} records were pruned on the device before they were pulled")
@@ -338,8 +457,14 @@ def cmd_field(args):
 
             with _device(args, backend=args.backend) as dev:
                 result = pull(dev, store, name=args.name, on_batch=progress)
-            _emit(args, result, lambda d: f"pulled {d['added']} new records from {d['device']} in {d['seconds']} s "
-                                          f"({d['stored_total']} stored in {store.path})\n")
+            _emit(
+                args,
+                result,
+                lambda d: (
+                    f"pulled {d['added']} new records from {d['device']} in {d['seconds']} s "
+                    f"({d['stored_total']} stored in {store.path})\n"
+                ),
+            )
             return 0
         r = report(store, model=args.model, since=args.since)
         if args.html:
@@ -379,8 +504,13 @@ def cmd_backends(args):
             _emit(args, st, lambda d: f"{args.name}: {d['detail']}\n")
         else:
             removed = toolenvs.remove_backend(args.name)
-            _emit(args, {"name": args.name, "removed": removed},
-                  lambda d: "".join(f"removed {r}\n" for r in d["removed"]) or f"{args.name}: no tool environment to remove\n")
+            _emit(
+                args,
+                {"name": args.name, "removed": removed},
+                lambda d: (
+                    "".join(f"removed {r}\n" for r in d["removed"]) or f"{args.name}: no tool environment to remove\n"
+                ),
+            )
         return 0
     rows = toolenvs.backends()
 
@@ -388,7 +518,9 @@ def cmd_backends(args):
         out = []
         for r in d["backends"]:
             env = r["toolenv"]
-            out.append(f"{'ok ' if r['ok'] else 'NO '} {r['name']:<15} {', '.join(r['precisions']):<45} {r['detail']}\n")
+            out.append(
+                f"{'ok ' if r['ok'] else 'NO '} {r['name']:<15} {', '.join(r['precisions']):<45} {r['detail']}\n"
+            )
             if env and env["detail"] not in r["detail"]:  # not the same paragraph twice
                 out.append(f"    tool environment: {env['detail']}\n")
         return "".join(out)
@@ -410,8 +542,13 @@ def _device_options(p):
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="this machine is the device (default)")
     where.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="a device reached over SSH")
-    where.add_argument("--adb", metavar="SERIAL", nargs="?", const="",
-                       help="an Android device through the adb server (the only one attached, or SERIAL; deploy: all)")
+    where.add_argument(
+        "--adb",
+        metavar="SERIAL",
+        nargs="?",
+        const="",
+        help="an Android device through the adb server (the only one attached, or SERIAL; deploy: all)",
+    )
     where.add_argument("--serial", metavar="PORT", help="a board on a serial line, e.g. /dev/ttyUSB0")
     p.add_argument("--baud", type=int, help="--serial line speed (default 115200)")
     p.add_argument("--ssh-key", help="private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)")
@@ -423,16 +560,23 @@ def _device_options(p):
 
 
 def _backend_agent_option(p):
-    p.add_argument("--backend", metavar="B", help="--local: the agent that runs bundles of backend B (paddlelite, "
-                   "mindspore-lite: under their tool environment's Python, in <device root>-B)")
+    p.add_argument(
+        "--backend",
+        metavar="B",
+        help="--local: the agent that runs bundles of backend B (paddlelite, "
+        "mindspore-lite: under their tool environment's Python, in <device root>-B)",
+    )
 
 
 def _fleet_options(p, where):
     where.add_argument("--fleet", metavar="INVENTORY.toml", help="every device in a fleet inventory, in parallel")
     p.add_argument("--tag", help="with --fleet: only the devices with this tag")
     p.add_argument("--jobs", type=int, help="with --fleet: devices worked on at once (default 8)")
-    p.add_argument("--device-timeout", type=float,
-                   help="with --fleet: seconds one device may take before it is given up (default 300)")
+    p.add_argument(
+        "--device-timeout",
+        type=float,
+        help="with --fleet: seconds one device may take before it is given up (default 300)",
+    )
 
 
 def _bench_options(p):
@@ -445,7 +589,9 @@ def _bench_options(p):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="edgekit", description="Build, shrink, deploy and benchmark models on your own edge devices.")
+    p = argparse.ArgumentParser(
+        prog="edgekit", description="Build, shrink, deploy and benchmark models on your own edge devices."
+    )
     p.add_argument("--version", action="version", version=f"edgekit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -459,12 +605,18 @@ def parser():
     s.add_argument("model", help="ONNX model file")
     s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
-    s.add_argument("--backend", help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
-                                     "mindspore-lite (see `edgekit backends`)")
-    s.add_argument("--precision", default="auto",
-                   choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
-                   help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
-                        "int8-weights: openvino, mnn; int4-weights: mnn")
+    s.add_argument(
+        "--backend",
+        help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
+        "mindspore-lite (see `edgekit backends`)",
+    )
+    s.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
+        help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
+        "int8-weights: openvino, mnn; int4-weights: mnn",
+    )
     s.add_argument("--calib", help="calibration data: .npz/.npy, or a folder of images (with --preprocess)")
     s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
     s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
@@ -474,19 +626,37 @@ def parser():
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
     s.add_argument("--max-accuracy-drop", type=float, help="fidelity threshold: accuracy points (with labels)")
     s.add_argument("--allow-degraded", action="store_true", help="write the bundle even if fidelity fails (marked)")
-    s.add_argument("--budget", help="int8 with the most sensitive layers kept float until the loss fits: accuracy "
-                                    "points (1pt, 0.5pt: needs labels), cos=0.999 or top1=0.99")
-    s.add_argument("--prune", type=float, metavar="RATIO",
-                   help="prune before converting: remove this fraction (0-1) of the prunable channels, e.g. 0.3")
-    s.add_argument("--prune-mode", choices=["structured", "unstructured"],
-                   help="structured (default): remove channels, the model gets smaller and faster; "
-                        "unstructured: zero the smallest weights (smaller compressed)")
-    s.add_argument("--prune-recipe", metavar="TOML", help="pruning recipe: mode, ratio, [layers] name = ratio, skip = [...]")
-    s.add_argument("--auto", action="store_true",
-                   help="build every backend x precision x pruning level the profile supports, measure the ones that "
-                        "keep fidelity on the device (--target) and write the winner of the latency/size/accuracy front")
-    s.add_argument("--target", metavar="URL",
-                   help="--auto: device to measure on: local:// (default), ssh://USER@HOST[:PORT], adb://SERIAL")
+    s.add_argument(
+        "--budget",
+        help="int8 with the most sensitive layers kept float until the loss fits: accuracy "
+        "points (1pt, 0.5pt: needs labels), cos=0.999 or top1=0.99",
+    )
+    s.add_argument(
+        "--prune",
+        type=float,
+        metavar="RATIO",
+        help="prune before converting: remove this fraction (0-1) of the prunable channels, e.g. 0.3",
+    )
+    s.add_argument(
+        "--prune-mode",
+        choices=["structured", "unstructured"],
+        help="structured (default): remove channels, the model gets smaller and faster; "
+        "unstructured: zero the smallest weights (smaller compressed)",
+    )
+    s.add_argument(
+        "--prune-recipe", metavar="TOML", help="pruning recipe: mode, ratio, [layers] name = ratio, skip = [...]"
+    )
+    s.add_argument(
+        "--auto",
+        action="store_true",
+        help="build every backend x precision x pruning level the profile supports, measure the ones that "
+        "keep fidelity on the device (--target) and write the winner of the latency/size/accuracy front",
+    )
+    s.add_argument(
+        "--target",
+        metavar="URL",
+        help="--auto: device to measure on: local:// (default), ssh://USER@HOST[:PORT], adb://SERIAL",
+    )
     s.add_argument("--backends", metavar="B1,B2", help="--auto: only these backends (default: all the profile runs)")
     s.add_argument("--prune-levels", metavar="R1,R2", help="--auto: pruning levels to try (default 0,0.25)")
     s.add_argument("--auto-runs", type=int, help="--auto: timed runs per round and candidate (default 50)")
@@ -557,8 +727,11 @@ def parser():
     s.add_argument("--json", action="store_true", help="print the report as one JSON object")
     s.set_defaults(func=cmd_explain)
 
-    s = sub.add_parser("backends", help="list backends (usable here, precisions, tool environment); install or "
-                                        "remove a backend's tool environment")
+    s = sub.add_parser(
+        "backends",
+        help="list backends (usable here, precisions, tool environment); install or "
+        "remove a backend's tool environment",
+    )
     s.add_argument("action", nargs="?", choices=["list", "install", "remove"], default="list")
     s.add_argument("name", nargs="?")
     s.add_argument("--json", action="store_true")

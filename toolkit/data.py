@@ -47,11 +47,15 @@ def _split(name, array, spec):
         if np.issubdtype(array.dtype, np.floating) and spec.dtype.startswith("float"):
             array = array.astype(spec.dtype)
         else:
-            raise DataError(f"data for input {spec.name!r} ({name}) has dtype {array.dtype}, the model wants {spec.dtype}")
+            raise DataError(
+                f"data for input {spec.name!r} ({name}) has dtype {array.dtype}, the model wants {spec.dtype}"
+            )
     per_sample = shape[1:] if shape and shape[0] == 1 else shape
-    if list(array.shape[1:]) == per_sample or (len(array.shape) == len(per_sample) + 1 and all(
-            p is None or p == a for p, a in zip(per_sample, array.shape[1:]))):
-        return [array[i:i + 1] if shape and shape[0] == 1 else array[i] for i in range(array.shape[0])]
+    if list(array.shape[1:]) == per_sample or (
+        len(array.shape) == len(per_sample) + 1
+        and all(p is None or p == a for p, a in zip(per_sample, array.shape[1:]))
+    ):
+        return [array[i : i + 1] if shape and shape[0] == 1 else array[i] for i in range(array.shape[0])]
     if list(array.shape) == shape:
         return [array]
     raise DataError(
@@ -74,7 +78,9 @@ def _from_arrays(arrays, specs, source):
         arrays = {names[0]: next(iter(arrays.values()))}
     missing = [n for n in names if n not in arrays]
     if missing:
-        raise DataError(f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; name the arrays after the inputs (missing: {missing})")
+        raise DataError(
+            f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; name the arrays after the inputs (missing: {missing})"
+        )
     for s in specs:
         a = np.asarray(arrays[s.name])
         if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
@@ -97,7 +103,9 @@ def parse_preprocess(spec):
     for item in (spec or "").split():
         key, sep, value = item.partition("=")
         if not sep or key not in opts:
-            raise DataError(f"bad --preprocess item {item!r}: use keys {sorted(opts)}, e.g. \"resize=224x224 scale=1/255 mean=0.5 std=0.5\"")
+            raise DataError(
+                f'bad --preprocess item {item!r}: use keys {sorted(opts)}, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"'
+            )
         try:
             if key == "resize":
                 w, h = value.lower().split("x")
@@ -150,7 +158,9 @@ def _load_images(folder, specs, preprocess):
     arrays, labels = [], []
     for p in files:
         try:
-            img = Image.open(p).convert("L" if opts["color"] == "gray" else "RGB").resize(opts["resize"], Image.BILINEAR)
+            img = (
+                Image.open(p).convert("L" if opts["color"] == "gray" else "RGB").resize(opts["resize"], Image.BILINEAR)
+            )
         except OSError as e:  # PIL.UnidentifiedImageError is an OSError
             raise DataError(f"cannot read image {p}: {e}") from None
         a = np.asarray(img, dtype=np.float32)
@@ -190,7 +200,9 @@ def load_dataset(path, specs, preprocess=None, limit=None):
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read {path} as .npy: {e}") from None
         if len(specs) != 1:
-            raise DataError(f"{path}: an .npy feeds a single-input model; this one has inputs {[s.name for s in specs]}; use an .npz")
+            raise DataError(
+                f"{path}: an .npy feeds a single-input model; this one has inputs {[s.name for s in specs]}; use an .npz"
+            )
         ds = _from_arrays({specs[0].name: array}, specs, str(path))
     else:
         raise DataError(f"unsupported data file {path}: use .npz, .npy or a folder of images")
@@ -208,6 +220,9 @@ def synthetic_dataset(specs, n=8, seed=0):
 def save_samples(dataset, path, count=1):
     """Save the first samples (batch dimension kept) as an .npz the agent can feed."""
     names = list(dataset.samples[0])
-    arrays = {n: np.concatenate([s[n] for s in dataset.samples[:count]]) if count > 1 else dataset.samples[0][n] for n in names}
+    arrays = {
+        n: np.concatenate([s[n] for s in dataset.samples[:count]]) if count > 1 else dataset.samples[0][n]
+        for n in names
+    }
     np.savez(path, **arrays)
     return Path(path)

@@ -18,8 +18,10 @@ from .cache import cache_root
 from .errors import AgentError, TransportError
 from .transports import connect
 
-PROBE = ("import json,os,platform,sys;print(json.dumps({'home':os.path.expanduser('~'),'python':platform.python_version(),"
-         "'executable':sys.executable,'machine':platform.machine(),'system':platform.system(),'cpu_count':os.cpu_count()}))")
+PROBE = (
+    "import json,os,platform,sys;print(json.dumps({'home':os.path.expanduser('~'),'python':platform.python_version(),"
+    "'executable':sys.executable,'machine':platform.machine(),'system':platform.system(),'cpu_count':os.cpu_count()}))"
+)
 HASH = "import hashlib,sys;p=sys.argv[1];print(hashlib.sha256(open(p,'rb').read()).hexdigest())"
 
 
@@ -78,14 +80,19 @@ class Device:
     def probe(self):
         r = self.transport.run([self.python, "-c", PROBE], timeout=60)
         if r.returncode == 127 or "not found" in r.stderr:
-            self._fail("finding Python", f"{self.python!r} is not on the device. Install Python 3.7+ there, or pass "
-                       "--device-python /path/to/python3")
+            self._fail(
+                "finding Python",
+                f"{self.python!r} is not on the device. Install Python 3.7+ there, or pass "
+                "--device-python /path/to/python3",
+            )
         if not r.ok:
             self._fail("running Python", (r.stderr or r.stdout).strip()[-500:])
         self.info = json.loads(r.stdout.strip().splitlines()[-1])
         major, minor = (int(x) for x in self.info["python"].split(".")[:2])
         if (major, minor) < (3, 7):
-            self._fail("checking Python", f"{self.python} is Python {self.info['python']}; the agent needs 3.7 or newer")
+            self._fail(
+                "checking Python", f"{self.python} is Python {self.info['python']}; the agent needs 3.7 or newer"
+            )
         if self.root.startswith("~"):
             self.root = self.info["home"] + self.root[1:]
         return self.info
@@ -107,7 +114,10 @@ class Device:
             self.transport.put_file(local, remote)
             r = self.transport.run([self.python, "-c", HASH, remote], timeout=60)
             if r.stdout.strip() != digest:
-                self._fail("installing the agent", f"{remote} has sha256 {r.stdout.strip() or '?'} after upload, expected {digest}")
+                self._fail(
+                    "installing the agent",
+                    f"{remote} has sha256 {r.stdout.strip() or '?'} after upload, expected {digest}",
+                )
         r = self.transport.run([self.python, remote, "start", "--root", self.root], timeout=90)
         if not r.ok:
             self._fail("starting the agent", (r.stderr or r.stdout).strip()[-800:])
@@ -136,7 +146,8 @@ class Device:
         except OSError as e:
             raise TransportError(
                 f"{self.transport.description}: connection lost while {step} ({type(e).__name__}: {e}). "
-                "The device keeps serving what it served before; run the command again to resume.") from None
+                "The device keeps serving what it served before; run the command again to resume."
+            ) from None
 
     def install(self, bundle_dir, manifest, progress=None, log=None):
         """Send what the device lacks of the bundle, then switch to it atomically.
@@ -151,9 +162,19 @@ class Device:
         served = {m["name"]: m for m in self.call("listing models", self.client.models)}.get(name)
         if served and served.get("version") == version:
             log(f"{name} {version} is already serving on the device: nothing to send")
-            return {"name": name, "version": version, "previous": version, "unchanged": True,
-                    "transfer": {"files_sent": 0, "files_reused": 0, "payload_bytes": 0, "resumed_bytes": 0,
-                                 "request_bytes": self.client.bytes_sent - sent0}}
+            return {
+                "name": name,
+                "version": version,
+                "previous": version,
+                "unchanged": True,
+                "transfer": {
+                    "files_sent": 0,
+                    "files_reused": 0,
+                    "payload_bytes": 0,
+                    "resumed_bytes": 0,
+                    "request_bytes": self.client.bytes_sent - sent0,
+                },
+            }
         state = self.call("starting the upload", self.client.begin_upload, name, version, manifest)
         if state.get("installed"):
             log(f"{name} {version} is already on the device (a kept version)")
@@ -170,21 +191,35 @@ class Device:
             path = os.path.join(bundle_dir, fname)
             size = sizes[fname]
             offset = partial.get(fname, 0)
-            if not (isinstance(offset, int) and 0 < offset < size and _prefix_sha256(path, offset) == partial_sha.get(fname)):
+            if not (
+                isinstance(offset, int) and 0 < offset < size and _prefix_sha256(path, offset) == partial_sha.get(fname)
+            ):
                 offset = 0  # nothing kept, or what the device kept is not this file's beginning: send it whole
             if offset:
                 log(f"  resuming {fname} at byte {offset} of {size}")
             with open(path, "rb") as f:
                 f.seek(offset)
-                self.call(f"uploading {fname}", self.client.put_file, name, version, fname,
-                          _ProgressReader(f, fname, size, progress, start=offset), length=size - offset, offset=offset)
+                self.call(
+                    f"uploading {fname}",
+                    self.client.put_file,
+                    name,
+                    version,
+                    fname,
+                    _ProgressReader(f, fname, size, progress, start=offset),
+                    length=size - offset,
+                    offset=offset,
+                )
             payload += size - offset
             resumed += offset
         result = self.call("verifying and committing the bundle", self.client.commit, name, version, verify=True)
         log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
-        result["transfer"] = {"files_sent": len(state.get("missing", [])), "files_reused": len(state.get("reused", [])),
-                              "payload_bytes": payload, "resumed_bytes": resumed,
-                              "request_bytes": self.client.bytes_sent - sent0}
+        result["transfer"] = {
+            "files_sent": len(state.get("missing", [])),
+            "files_reused": len(state.get("reused", [])),
+            "payload_bytes": payload,
+            "resumed_bytes": resumed,
+            "request_bytes": self.client.bytes_sent - sent0,
+        }
         return result
 
     def rollback(self, name, version=None):
@@ -197,8 +232,16 @@ class Device:
         return self.call(f"removing {name}", self.client.remove, name)
 
     def bench(self, name, runs=100, warmup=10, threads=None, providers=None):
-        return self.call(f"benchmarking {name}", self.client.bench, name, runs=runs, warmup=warmup, threads=threads,
-                         providers=providers, timeout=900)
+        return self.call(
+            f"benchmarking {name}",
+            self.client.bench,
+            name,
+            runs=runs,
+            warmup=warmup,
+            threads=threads,
+            providers=providers,
+            timeout=900,
+        )
 
 
 def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, backend=None, **options):
@@ -207,7 +250,8 @@ def open_device(kind="local", target=None, profile=None, device_python=None, dev
     if prof is not None and prof.build_only:
         raise TransportError(
             f"profile {prof.name} is build-only: {prof.data['agent'].get('notes', 'no edgekit agent runs on it')}. "
-            "To try the model on this machine, build it with --profile host")
+            "To try the model on this machine, build it with --profile host"
+        )
     agent = prof.data["agent"] if prof else {}
     if kind == "local":
         # A runtime that lives in a tool environment runs under that environment's Python, with its own agent root.
@@ -234,19 +278,24 @@ def _backend_local_python(backend):
 def _annotate(report, manifest, device, prof):
     report["profile"] = manifest["profile"]
     report["transport"] = device.transport.description
-    report["agent"] = {"version": device.state.get("version"), "pid": device.state.get("pid"),
-                       "port": device.state.get("port"), "root": device.root}
+    report["agent"] = {
+        "version": device.state.get("version"),
+        "pid": device.state.get("pid"),
+        "port": device.state.get("port"),
+        "root": device.root,
+    }
     warnings = list(report.get("warnings", []))
     machine = report.get("device", {}).get("machine", "")
     norm = profiles._normalise_arch(machine) if machine else ""
     if prof and prof.name != profiles.HOST and norm and norm != prof.arch:
-        warnings.append(f"built for {prof.name} ({prof.arch}) but measured on a {machine} device: these timings "
-                        f"describe that device, not a {prof.name}")
+        warnings.append(
+            f"built for {prof.name} ({prof.arch}) but measured on a {machine} device: these timings "
+            f"describe that device, not a {prof.name}"
+        )
     requested = report.get("accelerators_requested") or []
     placement = report.get("placement") or {}
     if requested and placement and requested[0] not in placement:
-        warnings.append(f"{requested[0]} was requested first but ran no node: everything ran on "
-                        f"{', '.join(placement)}")
+        warnings.append(f"{requested[0]} was requested first but ran no node: everything ran on {', '.join(placement)}")
     report["warnings"] = warnings
     return report
 
@@ -271,8 +320,17 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     prof = bundle_profile(manifest)
     if isinstance(device, str):
         with open_device(device, profile=prof, backend=manifest["backend"]) as opened:
-            return deploy(bundle_dir, opened, runs=runs, warmup=warmup, threads=threads, providers=providers,
-                          progress=progress, log=log, bench=bench)
+            return deploy(
+                bundle_dir,
+                opened,
+                runs=runs,
+                warmup=warmup,
+                threads=threads,
+                providers=providers,
+                progress=progress,
+                log=log,
+                bench=bench,
+            )
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
@@ -310,10 +368,13 @@ def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None,
     deployed = models.get(manifest["name"])
     if deployed is None or deployed["version"] != manifest["id"]:
         have = deployed["version"] if deployed else "nothing"
-        raise AgentError(f"{device.transport.description} serves {have} for {manifest['name']}, not this bundle "
-                         f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first")
-    report = device.bench(manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, device, threads),
-                          providers=providers)
+        raise AgentError(
+            f"{device.transport.description} serves {have} for {manifest['name']}, not this bundle "
+            f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first"
+        )
+    report = device.bench(
+        manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, device, threads), providers=providers
+    )
     report = _annotate(report, manifest, device, prof)
     _record_lab(device, report)
     return report

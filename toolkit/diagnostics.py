@@ -33,14 +33,20 @@ def doctor():
     try:
         import paramiko
 
-        transports["ssh"] = {"ok": True, "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts"}
+        transports["ssh"] = {
+            "ok": True,
+            "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts",
+        }
     except ImportError:
         transports["ssh"] = {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
     try:
         import serial
 
-        transports["serial"] = {"ok": True, "detail": f"pyserial {serial.__version__}; the device needs a logged-in "
-                                "shell on the console and Python 3.7+"}
+        transports["serial"] = {
+            "ok": True,
+            "detail": f"pyserial {serial.__version__}; the device needs a logged-in "
+            "shell on the console and Python 3.7+",
+        }
     except ImportError:
         transports["serial"] = {"ok": False, "detail": "pyserial is not installed: pip install 'edgekit[serial]'"}
     from .transports.adb import availability as adb_availability
@@ -49,8 +55,12 @@ def doctor():
     problems = []
     try:
         host = profiles.detect_host()
-        host_info = {"arch": host.arch, "isa": host.data["cpu"]["isa"], "cores": host.data["cpu"]["cores"],
-                     "ort_providers": host.backend("ort").get("providers")}
+        host_info = {
+            "arch": host.arch,
+            "isa": host.data["cpu"]["isa"],
+            "cores": host.data["cpu"]["cores"],
+            "ort_providers": host.backend("ort").get("providers"),
+        }
     except Exception as e:  # report, don't crash: doctor must always answer
         host_info = {"error": str(e)}
         problems.append(f"host detection failed: {e}")
@@ -76,16 +86,23 @@ def doctor_text(d):
     lines = [f"edgekit {d['edgekit']} on Python {d['python']}"]
     h = d["host"]
     if "error" not in h:
-        lines.append(f"host: {h['arch']}, {h['cores']} cores, ISA {', '.join(h['isa']) or '-'}; ORT providers: {', '.join(h['ort_providers'] or [])}")
+        lines.append(
+            f"host: {h['arch']}, {h['cores']} cores, ISA {', '.join(h['isa']) or '-'}; ORT providers: {', '.join(h['ort_providers'] or [])}"
+        )
     lines.append("backends:")
     for name, b in d["backends"].items():
         lines.append(f"  {'ok ' if b['ok'] else 'NO '} {name:<10} {b['detail']}")
         if b.get("toolenv") and b["toolenv"]["detail"] not in b["detail"]:  # not the same paragraph twice
-            lines.append(f"  {'ok ' if b['toolenv']['ready'] else '-- '} {'':<10} tool environment: {b['toolenv']['detail']}")
+            lines.append(
+                f"  {'ok ' if b['toolenv']['ready'] else '-- '} {'':<10} tool environment: {b['toolenv']['detail']}"
+            )
         if "fp16" in b:
             lines.append(f"  {'ok ' if b['fp16']['ok'] else 'NO '} {'':<10} {b['fp16']['detail']}")
     lines.append("transports:")
     for name, t in d["transports"].items():
         lines.append(f"  {'ok ' if t['ok'] else 'NO '} {name:<10} {t['detail']}")
-    lines.append(f"profiles: {d['profiles']['count']}" + (f", INVALID: {d['profiles']['invalid']}" if d["profiles"]["invalid"] else ""))
+    lines.append(
+        f"profiles: {d['profiles']['count']}"
+        + (f", INVALID: {d['profiles']['invalid']}" if d["profiles"]["invalid"] else "")
+    )
     return "\n".join(lines) + "\n"

@@ -72,7 +72,9 @@ def compare(reference, candidate, labels=None):
             equal = float(np.mean([np.array_equal(r, c) for r, c in zip(refs, cands)]))
             outputs[name] = {"exact_match": equal, "non_finite": 0}
             continue
-        diffs = [np.abs(r.astype(np.float64) - np.nan_to_num(c.astype(np.float64), nan=np.inf)) for r, c in zip(refs, cands)]
+        diffs = [
+            np.abs(r.astype(np.float64) - np.nan_to_num(c.astype(np.float64), nan=np.inf)) for r, c in zip(refs, cands)
+        ]
         cos = [_cosine(r, np.nan_to_num(c)) for r, c in zip(refs, cands)]
         m = {
             "max_abs": float(max(d.max() for d in diffs)) if non_finite == 0 else float("inf"),
@@ -105,7 +107,9 @@ def verdict(metrics, thresholds):
             continue
         if "exact_match" in m:
             if m["exact_match"] < 1.0:
-                failures.append(f"output {name}: integer output differs on {100 * (1 - m['exact_match']):.1f}% of samples")
+                failures.append(
+                    f"output {name}: integer output differs on {100 * (1 - m['exact_match']):.1f}% of samples"
+                )
             continue
         if m["cosine_mean"] < thresholds.min_cosine:
             failures.append(f"output {name}: mean cosine similarity {m['cosine_mean']:.6f} < {thresholds.min_cosine}")
@@ -114,7 +118,8 @@ def verdict(metrics, thresholds):
         if "accuracy" in m and m["accuracy_reference"] - m["accuracy"] > thresholds.max_accuracy_drop:
             failures.append(
                 f"output {name}: accuracy {m['accuracy']:.2f}% vs reference {m['accuracy_reference']:.2f}% "
-                f"(drop > {thresholds.max_accuracy_drop} points)")
+                f"(drop > {thresholds.max_accuracy_drop} points)"
+            )
     return failures
 
 
@@ -125,9 +130,10 @@ def check_step(step, reference, candidate, labels, thresholds, allow_degraded=Fa
     record = {"step": step, **metrics, "thresholds": thresholds.to_dict(), "passed": not failures, "failures": failures}
     if failures and not allow_degraded:
         raise FidelityError(
-            f"fidelity check failed after step '{step}':\n  " + "\n  ".join(failures)
+            f"fidelity check failed after step '{step}':\n  "
+            + "\n  ".join(failures)
             + "\nThe build was not written. Use better calibration data, a higher precision, "
-              "adjust --min-cosine/--min-top1, or pass --allow-degraded to keep it anyway.",
+            "adjust --min-cosine/--min-top1, or pass --allow-degraded to keep it anyway.",
             report=record,
         )
     return record

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS context(store_id TEXT, ts REAL, load1 REAL, mem_avail
 CREATE TABLE IF NOT EXISTS lab(store_id TEXT, model TEXT, version TEXT, ts REAL, p50_ms REAL, p99_ms REAL,
     report TEXT, PRIMARY KEY(store_id, model, version, ts));
 """
-REGRESSION = 0.10   # a new version whose field p50 is more than 10 % above the previous one is flagged
+REGRESSION = 0.10  # a new version whose field p50 is more than 10 % above the previous one is flagged
 MIN_SAMPLES = 20
 
 
@@ -52,8 +52,10 @@ class FieldStore:
             if "after_annotation" not in columns:  # a store written by an earlier edgekit
                 self.db.execute("ALTER TABLE cursors ADD COLUMN after_annotation INTEGER DEFAULT 0")
         except sqlite3.DatabaseError as e:
-            raise EdgekitError(f"field store {self.path} is unreadable ({e}); it was left untouched. Move it aside "
-                               "to start a new one, or pass --store") from None
+            raise EdgekitError(
+                f"field store {self.path} is unreadable ({e}); it was left untouched. Move it aside "
+                "to start a new one, or pass --store"
+            ) from None
 
     def close(self):
         self.db.close()
@@ -73,11 +75,13 @@ class FieldStore:
             "INSERT INTO devices VALUES (?,?,?,?,?,?,?) ON CONFLICT(store_id) DO UPDATE SET name=excluded.name, "
             "hostname=excluded.hostname, machine=excluded.machine, transport=excluded.transport, root=excluded.root, "
             "last_pull=excluded.last_pull",
-            (store_id, name, info.get("hostname"), info.get("machine"), transport, root, time.time()))
+            (store_id, name, info.get("hostname"), info.get("machine"), transport, root, time.time()),
+        )
 
     def cursor(self, store_id):
-        row = self.db.execute("SELECT after_id, after_event, after_context, after_annotation FROM cursors "
-                              "WHERE store_id=?", (store_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT after_id, after_event, after_context, after_annotation FROM cursors WHERE store_id=?", (store_id,)
+        ).fetchone()
         return row or (0, 0, 0.0, 0)
 
     def store_batch(self, batch, name, transport, root):
@@ -91,16 +95,23 @@ class FieldStore:
         try:
             self._device(sid, name, batch.get("device", {}), transport, root)
             before = db.total_changes
-            db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           [(sid, *r) for r in recs])
+            db.executemany(
+                "INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [(sid, *r) for r in recs]
+            )
             added = db.total_changes - before
             db.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?)", [(sid, *e) for e in events])
             db.executemany("INSERT OR IGNORE INTO context VALUES (?,?,?,?,?)", [(sid, *c) for c in ctx])
             # Pre/post times an app reported later: applied to rows pulled before (or in this batch).
-            db.executemany("UPDATE records SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) "
-                           "WHERE store_id=? AND id=?", [(n[2], n[3], sid, n[1]) for n in notes])
-            new = (recs[-1][0] if recs else after_id, events[-1][0] if events else after_event,
-                   ctx[-1][0] if ctx else after_context, notes[-1][0] if notes else after_annotation)
+            db.executemany(
+                "UPDATE records SET pre_ms=COALESCE(?, pre_ms), post_ms=COALESCE(?, post_ms) WHERE store_id=? AND id=?",
+                [(n[2], n[3], sid, n[1]) for n in notes],
+            )
+            new = (
+                recs[-1][0] if recs else after_id,
+                events[-1][0] if events else after_event,
+                ctx[-1][0] if ctx else after_context,
+                notes[-1][0] if notes else after_annotation,
+            )
             db.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?)", (sid, *new))
             db.execute("COMMIT")
         except BaseException:
@@ -110,9 +121,18 @@ class FieldStore:
 
     def record_lab(self, store_id, report):
         lat = report["latency_ms"]
-        self.db.execute("INSERT OR REPLACE INTO lab VALUES (?,?,?,?,?,?,?)",
-                        (store_id, report.get("name"), report.get("bundle_id"), time.time(), lat["p50"], lat["p99"],
-                         json.dumps(report)))
+        self.db.execute(
+            "INSERT OR REPLACE INTO lab VALUES (?,?,?,?,?,?,?)",
+            (
+                store_id,
+                report.get("name"),
+                report.get("bundle_id"),
+                time.time(),
+                lat["p50"],
+                lat["p99"],
+                json.dumps(report),
+            ),
+        )
 
 
 def pull(device, store, name=None, batch_size=5000, on_batch=None):
@@ -122,19 +142,24 @@ def pull(device, store, name=None, batch_size=5000, on_batch=None):
     health = device.call("reading the agent's state", device.client.health)
     tele = health.get("telemetry", {})
     if not tele.get("ok"):
-        raise EdgekitError(f"{device.transport.description}: the device's telemetry store is not usable: "
-                           f"{tele.get('error')}")
+        raise EdgekitError(
+            f"{device.transport.description}: the device's telemetry store is not usable: {tele.get('error')}"
+        )
     sid = tele["store_id"]
     name = name or health["device"]["hostname"]
     total = batches = 0
     t0 = time.perf_counter()
     while True:
         after_id, after_event, after_context, after_annotation = store.cursor(sid)
-        path = (f"/v1/telemetry?after_id={after_id}&after_event={after_event}&after_context={after_context!r}"
-                f"&after_annotation={after_annotation}&limit={batch_size}")
+        path = (
+            f"/v1/telemetry?after_id={after_id}&after_event={after_event}&after_context={after_context!r}"
+            f"&after_annotation={after_annotation}&limit={batch_size}"
+        )
         batch = device.call("pulling records", device.client.request, "GET", path)
         if batch["store_id"] != sid:
-            raise EdgekitError(f"{device.transport.description}: the telemetry store changed during the pull; pull again")
+            raise EdgekitError(
+                f"{device.transport.description}: the telemetry store changed during the pull; pull again"
+            )
         if batch.get("oldest_id") and after_id and batch["oldest_id"] > after_id + 1:
             lost = batch["oldest_id"] - after_id - 1
             (on_batch or (lambda *a: None))("gap", lost)
@@ -145,8 +170,15 @@ def pull(device, store, name=None, batch_size=5000, on_batch=None):
         if not batch["more"]:
             break
     seconds = time.perf_counter() - t0
-    return {"device": name, "store_id": sid, "added": total, "batches": batches, "seconds": round(seconds, 3),
-            "records_per_s": round(total / seconds, 1) if seconds > 0 else None, "stored_total": store.count()}
+    return {
+        "device": name,
+        "store_id": sid,
+        "added": total,
+        "batches": batches,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(total / seconds, 1) if seconds > 0 else None,
+        "stored_total": store.count(),
+    }
 
 
 # -- reporting -------------------------------------------------------------------------
@@ -181,8 +213,14 @@ def _timeline(ts, ms, points=60):
     bounds = np.flatnonzero(np.diff(idx)) + 1
     for chunk_i, chunk_ms in zip(np.split(idx, bounds), np.split(ms_sorted, bounds)):
         p50, p99 = np.percentile(chunk_ms, [50, 99])
-        out.append({"t": lo + (int(chunk_i[0]) + 0.5) * width, "p50": float(p50), "p99": float(p99),
-                    "count": int(len(chunk_ms))})
+        out.append(
+            {
+                "t": lo + (int(chunk_i[0]) + 0.5) * width,
+                "p50": float(p50),
+                "p99": float(p99),
+                "count": int(len(chunk_ms)),
+            }
+        )
     return out
 
 
@@ -206,11 +244,16 @@ def report(store, model=None, since=None, now=None):
     if since_s:
         where.append("ts >= ?")
         args.append(now - since_s)
-    sql = ("SELECT store_id, model, version, backend, accelerator, ts, infer_ms, queue_ms, outcome FROM records"
-           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY store_id, model, version, ts")
+    sql = (
+        "SELECT store_id, model, version, backend, accelerator, ts, infer_ms, queue_ms, outcome FROM records"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY store_id, model, version, ts"
+    )
     rows = store.db.execute(sql, args).fetchall()
-    devices = {r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
-               for r in store.db.execute("SELECT store_id, name, hostname, machine, transport FROM devices")}
+    devices = {
+        r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
+        for r in store.db.execute("SELECT store_id, name, hostname, machine, transport FROM devices")
+    }
     groups = {}
     for r in rows:
         groups.setdefault(r[:3], []).append(r)
@@ -226,14 +269,24 @@ def report(store, model=None, since=None, now=None):
         span = float(ts.max() - ts.min()) if len(ts) > 1 else 0.0
         backends = sorted({g[3] for g in grp if g[3]})
         accelerators = sorted({g[4] for g in grp if g[4]})
-        lab = store.db.execute("SELECT p50_ms, p99_ms, ts FROM lab WHERE store_id=? AND model=? AND version=? "
-                               "ORDER BY ts DESC LIMIT 1", (sid, mdl, version)).fetchone()
+        lab = store.db.execute(
+            "SELECT p50_ms, p99_ms, ts FROM lab WHERE store_id=? AND model=? AND version=? ORDER BY ts DESC LIMIT 1",
+            (sid, mdl, version),
+        ).fetchone()
         field = _percentiles(ok_ms)
         entry = {
-            "device": devices.get(sid, {}).get("name", sid[:8]), "store_id": sid, "model": mdl, "version": version,
-            "backend": ",".join(backends), "accelerator": ",".join(accelerators),
-            "requests": len(grp), "ok": int(ok.sum()), "errors": int((~ok).sum()),
-            "error_rate": float((~ok).mean()), "first_ts": float(ts.min()), "last_ts": float(ts.max()),
+            "device": devices.get(sid, {}).get("name", sid[:8]),
+            "store_id": sid,
+            "model": mdl,
+            "version": version,
+            "backend": ",".join(backends),
+            "accelerator": ",".join(accelerators),
+            "requests": len(grp),
+            "ok": int(ok.sum()),
+            "errors": int((~ok).sum()),
+            "error_rate": float((~ok).mean()),
+            "first_ts": float(ts.min()),
+            "last_ts": float(ts.max()),
             "throughput_rps": ((len(grp) - 1) / span) if span > 0 else None,
             "latency_ms": field,
             "queue_ms": _percentiles(queue[ok & ~np.isnan(queue)]),
@@ -243,8 +296,12 @@ def report(store, model=None, since=None, now=None):
             "histogram": _histogram(ok_ms),
         }
         entries.append(entry)
-    all_events = [dict(zip(("store_id", "ts", "kind", "model", "version"), e)) for e in store.db.execute(
-        "SELECT store_id, ts, kind, model, version FROM events WHERE kind IN ('install', 'rollback') ORDER BY ts")]
+    all_events = [
+        dict(zip(("store_id", "ts", "kind", "model", "version"), e))
+        for e in store.db.execute(
+            "SELECT store_id, ts, kind, model, version FROM events WHERE kind IN ('install', 'rollback') ORDER BY ts"
+        )
+    ]
     events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
     regressions = []
     by_device_model = {}
@@ -258,30 +315,63 @@ def report(store, model=None, since=None, now=None):
         for before, after in zip(versions, versions[1:]):
             change = after["latency_ms"]["p50"] / before["latency_ms"]["p50"] - 1.0
             if change > REGRESSION:
-                regressions.append({"device": after["device"], "model": mdl, "from": before["version"],
-                                    "to": after["version"], "p50_before_ms": before["latency_ms"]["p50"],
-                                    "p50_after_ms": after["latency_ms"]["p50"], "change": change})
+                regressions.append(
+                    {
+                        "device": after["device"],
+                        "model": mdl,
+                        "from": before["version"],
+                        "to": after["version"],
+                        "p50_before_ms": before["latency_ms"]["p50"],
+                        "p50_after_ms": after["latency_ms"]["p50"],
+                        "change": change,
+                    }
+                )
     ctx = {}
     for sid, load1, mem, temp in store.db.execute(
-            "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM context GROUP BY store_id"):
-        ctx[devices.get(sid, {}).get("name", sid[:8])] = {"load1_avg": load1, "mem_available_mb_min": mem,
-                                                          "temp_c_max": temp}
+        "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM context GROUP BY store_id"
+    ):
+        ctx[devices.get(sid, {}).get("name", sid[:8])] = {
+            "load1_avg": load1,
+            "mem_available_mb_min": mem,
+            "temp_c_max": temp,
+        }
     timelines = []
     for (sid, mdl), grp in sorted(per_model.items()):
         ts = np.array([g[5] for g in grp], dtype=np.float64)
         ms = np.array([g[6] for g in grp], dtype=np.float64)
-        timelines.append({"store_id": sid, "device": devices.get(sid, {}).get("name", sid[:8]), "model": mdl,
-                          "points": _timeline(ts, ms)})
-    return {"schema": "edgekit.field-report", "schema_version": 1, "generated": now, "model": model,
-            "since": since, "records": len(rows), "entries": entries, "timelines": timelines,
-            "regressions": regressions, "events": events, "device_context": ctx}
+        timelines.append(
+            {
+                "store_id": sid,
+                "device": devices.get(sid, {}).get("name", sid[:8]),
+                "model": mdl,
+                "points": _timeline(ts, ms),
+            }
+        )
+    return {
+        "schema": "edgekit.field-report",
+        "schema_version": 1,
+        "generated": now,
+        "model": model,
+        "since": since,
+        "records": len(rows),
+        "entries": entries,
+        "timelines": timelines,
+        "regressions": regressions,
+        "events": events,
+        "device_context": ctx,
+    }
 
 
 def report_text(r):
-    lines = [f"edgekit field report: {r['records']} requests"
-             + (f" of {r['model']}" if r["model"] else "") + (f" in the last {r['since']}" if r["since"] else "")]
-    header = f"  {'device':<16} {'model':<22} {'version':<17} {'accelerator':<22} {'reqs':>7} {'err%':>6} " \
-             f"{'p50':>8} {'p90':>8} {'p99':>8} {'lab p50':>8} {'drift':>7} {'req/s':>7}"
+    lines = [
+        f"edgekit field report: {r['records']} requests"
+        + (f" of {r['model']}" if r["model"] else "")
+        + (f" in the last {r['since']}" if r["since"] else "")
+    ]
+    header = (
+        f"  {'device':<16} {'model':<22} {'version':<17} {'accelerator':<22} {'reqs':>7} {'err%':>6} "
+        f"{'p50':>8} {'p90':>8} {'p99':>8} {'lab p50':>8} {'drift':>7} {'req/s':>7}"
+    )
     lines.append(header)
     for e in r["entries"]:
         lat = e["latency_ms"]
@@ -289,12 +379,18 @@ def report_text(r):
         lab = e["lab"]["p50_ms"] if e["lab"] else None
         drift = f"{100 * e['drift']:+6.1f}%" if e["drift"] is not None else f"{'-':>7}"
         rps = f"{e['throughput_rps']:7.1f}" if e["throughput_rps"] else f"{'-':>7}"
-        lines.append(f"  {e['device'][:16]:<16} {(e['model'] or '-')[:22]:<22} {(e['version'] or '-')[:17]:<17} "
-                     f"{(e['accelerator'] or '-')[:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
-                     f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}")
+        lines.append(
+            f"  {e['device'][:16]:<16} {(e['model'] or '-')[:22]:<22} {(e['version'] or '-')[:17]:<17} "
+            f"{(e['accelerator'] or '-')[:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
+            f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}"
+        )
     for g in r["regressions"]:
-        lines.append(f"  REGRESSION on {g['device']}: {g['model']} {g['from']} -> {g['to']}: p50 "
-                     f"{g['p50_before_ms']:.3f} -> {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)")
-    lines.append("  latencies in ms, measured by the agent around the runtime call; lab = edgekit deploy's benchmark "
-                 "of the same bundle on the same device")
+        lines.append(
+            f"  REGRESSION on {g['device']}: {g['model']} {g['from']} -> {g['to']}: p50 "
+            f"{g['p50_before_ms']:.3f} -> {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)"
+        )
+    lines.append(
+        "  latencies in ms, measured by the agent around the runtime call; lab = edgekit deploy's benchmark "
+        "of the same bundle on the same device"
+    )
     return "\n".join(lines) + "\n"

@@ -20,13 +20,15 @@ def _axis_ticks(lo, hi, n=4):
 
 
 def _frame(cls, title, body, x_label, y_label):
-    return (f'<svg class="chart {cls}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
-            f'aria-label="{_esc(title)}" xmlns="http://www.w3.org/2000/svg">'
-            f'<rect x="{PAD}" y="10" width="{W - PAD - 10}" height="{H - PAD - 10}" fill="#f6f8fa" stroke="#d0d7de"/>'
-            f'{body}'
-            f'<text x="{W / 2}" y="{H - 6}" text-anchor="middle" class="axis">{_esc(x_label)}</text>'
-            f'<text x="12" y="{H / 2}" text-anchor="middle" class="axis" transform="rotate(-90 12 {H / 2})">'
-            f'{_esc(y_label)}</text></svg>')
+    return (
+        f'<svg class="chart {cls}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="{_esc(title)}" xmlns="http://www.w3.org/2000/svg">'
+        f'<rect x="{PAD}" y="10" width="{W - PAD - 10}" height="{H - PAD - 10}" fill="#f6f8fa" stroke="#d0d7de"/>'
+        f"{body}"
+        f'<text x="{W / 2}" y="{H - 6}" text-anchor="middle" class="axis">{_esc(x_label)}</text>'
+        f'<text x="12" y="{H / 2}" text-anchor="middle" class="axis" transform="rotate(-90 12 {H / 2})">'
+        f"{_esc(y_label)}</text></svg>"
+    )
 
 
 def histogram_svg(hist):
@@ -40,18 +42,27 @@ def histogram_svg(hist):
     parts = []
     for a, b, c in zip(edges, edges[1:], counts):
         h = c / top * (ih - 4)
-        parts.append(f'<rect class="bar" x="{x(a):.1f}" y="{10 + ih - h:.1f}" width="{max(x(b) - x(a) - 1, 1):.1f}" '
-                     f'height="{h:.1f}" fill="{COLORS["bar"]}"><title>{a:.3f}-{b:.3f} ms: {c}</title></rect>')
+        parts.append(
+            f'<rect class="bar" x="{x(a):.1f}" y="{10 + ih - h:.1f}" width="{max(x(b) - x(a) - 1, 1):.1f}" '
+            f'height="{h:.1f}" fill="{COLORS["bar"]}"><title>{a:.3f}-{b:.3f} ms: {c}</title></rect>'
+        )
     total, acc, pts = sum(counts), 0, []
     for b, c in zip(edges[1:], counts):
         acc += c
         pts.append(f"{x(b):.1f},{10 + ih - acc / total * (ih - 4):.1f}")
-    parts.append(f'<polyline class="cdf" points="{" ".join(pts)}" fill="none" stroke="{COLORS["cdf"]}" stroke-width="2"/>')
+    parts.append(
+        f'<polyline class="cdf" points="{" ".join(pts)}" fill="none" stroke="{COLORS["cdf"]}" stroke-width="2"/>'
+    )
     for v, anchor in ((edges[0], "start"), (math.sqrt(edges[0] * edges[-1]), "middle"), (edges[-1], "end")):
         parts.append(f'<text x="{x(v):.1f}" y="{H - PAD + 14}" text-anchor="{anchor}" class="tick">{v:.3g}</text>')
     parts.append(f'<text x="{PAD + 4}" y="24" class="legend" fill="{COLORS["cdf"]}">CDF</text>')
-    return _frame("histogram", "latency histogram and CDF", "".join(parts), "inference latency, ms (log scale)",
-                  "requests / cumulative")
+    return _frame(
+        "histogram",
+        "latency histogram and CDF",
+        "".join(parts),
+        "inference latency, ms (log scale)",
+        "requests / cumulative",
+    )
 
 
 def timeline_svg(points, events):
@@ -66,21 +77,30 @@ def timeline_svg(points, events):
     y = lambda v: 10 + ih - v / ymax * ih
     parts = []
     for e in events:
-        parts.append(f'<line class="deploy" x1="{x(e["ts"]):.1f}" x2="{x(e["ts"]):.1f}" y1="10" y2="{10 + ih}" '
-                     f'stroke="#6e7781" stroke-dasharray="4 3"><title>{_esc(e["kind"])} {_esc(e["version"])}</title></line>'
-                     f'<text x="{x(e["ts"]) + 3:.1f}" y="{6 + ih:.1f}" class="tick">{_esc(e["kind"])} {_esc(str(e["version"])[:8])}</text>')
+        parts.append(
+            f'<line class="deploy" x1="{x(e["ts"]):.1f}" x2="{x(e["ts"]):.1f}" y1="10" y2="{10 + ih}" '
+            f'stroke="#6e7781" stroke-dasharray="4 3"><title>{_esc(e["kind"])} {_esc(e["version"])}</title></line>'
+            f'<text x="{x(e["ts"]) + 3:.1f}" y="{6 + ih:.1f}" class="tick">{_esc(e["kind"])} {_esc(str(e["version"])[:8])}</text>'
+        )
     for key in ("p99", "p50"):
         pts = " ".join(f"{x(p['t']):.1f},{y(p[key]):.1f}" for p in points)
         parts.append(f'<polyline class="{key}" points="{pts}" fill="none" stroke="{COLORS[key]}" stroke-width="2"/>')
-        parts += [f'<circle class="{key}" cx="{x(p["t"]):.1f}" cy="{y(p[key]):.1f}" r="2.5" fill="{COLORS[key]}">'
-                  f'<title>{key} {p[key]:.3f} ms ({p["count"]} requests)</title></circle>' for p in points]
+        parts += [
+            f'<circle class="{key}" cx="{x(p["t"]):.1f}" cy="{y(p[key]):.1f}" r="2.5" fill="{COLORS[key]}">'
+            f"<title>{key} {p[key]:.3f} ms ({p['count']} requests)</title></circle>"
+            for p in points
+        ]
     for v in _axis_ticks(0, ymax):
         parts.append(f'<text x="{PAD - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="tick">{v:.2g}</text>')
     for t, anchor in ((t0, "start"), (t1, "end")):
-        parts.append(f'<text x="{x(t):.1f}" y="{H - PAD + 14}" text-anchor="{anchor}" class="tick">'
-                     f'{time.strftime("%m-%d %H:%M:%S", time.localtime(t))}</text>')
-    parts.append(f'<text x="{W - 90}" y="24" class="legend" fill="{COLORS["p50"]}">p50</text>'
-                 f'<text x="{W - 50}" y="24" class="legend" fill="{COLORS["p99"]}">p99</text>')
+        parts.append(
+            f'<text x="{x(t):.1f}" y="{H - PAD + 14}" text-anchor="{anchor}" class="tick">'
+            f"{time.strftime('%m-%d %H:%M:%S', time.localtime(t))}</text>"
+        )
+    parts.append(
+        f'<text x="{W - 90}" y="24" class="legend" fill="{COLORS["p50"]}">p50</text>'
+        f'<text x="{W - 50}" y="24" class="legend" fill="{COLORS["p99"]}">p99</text>'
+    )
     return _frame("timeline", "p50 and p99 over time, deploys marked", "".join(parts), "time", "ms")
 
 
@@ -94,19 +114,25 @@ def labfield_svg(entries):
     parts = []
     for i, e in enumerate(rows):
         y0 = 20 + 34 * i
-        label = f'{e["device"]} · {e["model"]} · {str(e["version"])[:8]}'
+        label = f"{e['device']} · {e['model']} · {str(e['version'])[:8]}"
         parts.append(f'<text x="{left - 6}" y="{y0 + 14}" text-anchor="end" class="tick">{_esc(label[:38])}</text>')
         f = e["latency_ms"]["p50"]
-        parts.append(f'<rect class="field" x="{left}" y="{y0}" width="{f / vmax * iw:.1f}" height="12" '
-                     f'fill="{COLORS["field"]}"><title>field p50 {f:.3f} ms</title></rect>'
-                     f'<text x="{left + f / vmax * iw + 4:.1f}" y="{y0 + 10}" class="tick">field {f:.3f}</text>')
+        parts.append(
+            f'<rect class="field" x="{left}" y="{y0}" width="{f / vmax * iw:.1f}" height="12" '
+            f'fill="{COLORS["field"]}"><title>field p50 {f:.3f} ms</title></rect>'
+            f'<text x="{left + f / vmax * iw + 4:.1f}" y="{y0 + 10}" class="tick">field {f:.3f}</text>'
+        )
         if e["lab"]:
             lab = e["lab"]["p50_ms"]
-            parts.append(f'<rect class="lab" x="{left}" y="{y0 + 14}" width="{lab / vmax * iw:.1f}" height="12" '
-                         f'fill="{COLORS["lab"]}"><title>lab p50 {lab:.3f} ms</title></rect>'
-                         f'<text x="{left + lab / vmax * iw + 4:.1f}" y="{y0 + 24}" class="tick">lab {lab:.3f}</text>')
-    return (f'<svg class="chart labfield" width="{W}" height="{height}" viewBox="0 0 {W} {height}" role="img" '
-            f'aria-label="lab against field p50" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')
+            parts.append(
+                f'<rect class="lab" x="{left}" y="{y0 + 14}" width="{lab / vmax * iw:.1f}" height="12" '
+                f'fill="{COLORS["lab"]}"><title>lab p50 {lab:.3f} ms</title></rect>'
+                f'<text x="{left + lab / vmax * iw + 4:.1f}" y="{y0 + 24}" class="tick">lab {lab:.3f}</text>'
+            )
+    return (
+        f'<svg class="chart labfield" width="{W}" height="{height}" viewBox="0 0 {W} {height}" role="img" '
+        f'aria-label="lab against field p50" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+    )
 
 
 CSS = """
@@ -123,37 +149,48 @@ def render(r):
     def num(v, fmt="{:.3f}"):
         return fmt.format(v) if v is not None else "–"
 
-    out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>edgekit field report</title>",
-           f"<style>{CSS}</style></head><body>",
-           f"<h1>edgekit field report</h1><p class='muted'>{r['records']} requests"
-           + (f" of {_esc(r['model'])}" if r["model"] else "") + (f", last {_esc(r['since'])}" if r["since"] else "")
-           + f"; generated {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['generated']))}. Latencies are "
-             "measured by the agent around the runtime call on the device; lab is edgekit deploy's benchmark of the "
-             "same bundle on the same device.</p>"]
+    out = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>edgekit field report</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>edgekit field report</h1><p class='muted'>{r['records']} requests"
+        + (f" of {_esc(r['model'])}" if r["model"] else "")
+        + (f", last {_esc(r['since'])}" if r["since"] else "")
+        + f"; generated {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['generated']))}. Latencies are "
+        "measured by the agent around the runtime call on the device; lab is edgekit deploy's benchmark of the "
+        "same bundle on the same device.</p>",
+    ]
     if r["regressions"]:
         out.append("<div class='regressions' id='regressions'><b>Regressions after a deploy</b><ul>")
         for g in r["regressions"]:
-            out.append(f"<li>{_esc(g['device'])}: {_esc(g['model'])} {_esc(g['from'])} → {_esc(g['to'])}: p50 "
-                       f"{g['p50_before_ms']:.3f} → {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)</li>")
+            out.append(
+                f"<li>{_esc(g['device'])}: {_esc(g['model'])} {_esc(g['from'])} → {_esc(g['to'])}: p50 "
+                f"{g['p50_before_ms']:.3f} → {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)</li>"
+            )
         out.append("</ul></div>")
-    out.append("<h2>Summary</h2><table id='summary'><tr><th>device</th><th>model</th><th>version</th><th>backend</th>"
-               "<th>accelerator</th><th>requests</th><th>errors</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th>"
-               "<th>lab p50 ms</th><th>drift</th><th>req/s</th></tr>")
+    out.append(
+        "<h2>Summary</h2><table id='summary'><tr><th>device</th><th>model</th><th>version</th><th>backend</th>"
+        "<th>accelerator</th><th>requests</th><th>errors</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th>"
+        "<th>lab p50 ms</th><th>drift</th><th>req/s</th></tr>"
+    )
     for e in r["entries"]:
         lat = e["latency_ms"]
-        out.append(f"<tr><td>{_esc(e['device'])}</td><td class='l'>{_esc(e['model'])}</td><td class='l'>"
-                   f"{_esc(e['version'])}</td><td class='l'>{_esc(e['backend'])}</td><td class='l'>{_esc(e['accelerator'])}"
-                   f"</td><td>{e['requests']}</td><td>{100 * e['error_rate']:.1f}%</td><td>{num(lat['p50'])}</td>"
-                   f"<td>{num(lat['p90'])}</td><td>{num(lat['p99'])}</td><td>{num((e['lab'] or {}).get('p50_ms'))}</td>"
-                   f"<td>{num(e['drift'] and 100 * e['drift'], '{:+.1f}%')}</td>"
-                   f"<td>{num(e['throughput_rps'], '{:.1f}')}</td></tr>")
+        out.append(
+            f"<tr><td>{_esc(e['device'])}</td><td class='l'>{_esc(e['model'])}</td><td class='l'>"
+            f"{_esc(e['version'])}</td><td class='l'>{_esc(e['backend'])}</td><td class='l'>{_esc(e['accelerator'])}"
+            f"</td><td>{e['requests']}</td><td>{100 * e['error_rate']:.1f}%</td><td>{num(lat['p50'])}</td>"
+            f"<td>{num(lat['p90'])}</td><td>{num(lat['p99'])}</td><td>{num((e['lab'] or {}).get('p50_ms'))}</td>"
+            f"<td>{num(e['drift'] and 100 * e['drift'], '{:+.1f}%')}</td>"
+            f"<td>{num(e['throughput_rps'], '{:.1f}')}</td></tr>"
+        )
     out.append("</table><h2>Lab against field (p50)</h2>")
     out.append(labfield_svg(r["entries"]))
     for tl in r.get("timelines", []):
         evs = [ev for ev in r["events"] if ev["store_id"] == tl["store_id"] and ev["model"] == tl["model"]]
-        out.append(f"<h2 class='entry'>{_esc(tl['device'])} · {_esc(tl['model'])}</h2>"
-                   "<p class='muted'>p50 and p99 over time, all versions; dashed lines mark installs and rollbacks.</p>"
-                   f"<div class='charts'>{timeline_svg(tl['points'], evs)}</div><div class='charts'>")
+        out.append(
+            f"<h2 class='entry'>{_esc(tl['device'])} · {_esc(tl['model'])}</h2>"
+            "<p class='muted'>p50 and p99 over time, all versions; dashed lines mark installs and rollbacks.</p>"
+            f"<div class='charts'>{timeline_svg(tl['points'], evs)}</div><div class='charts'>"
+        )
         for e in r["entries"]:
             if e["store_id"] == tl["store_id"] and e["model"] == tl["model"]:
                 out.append(f"<div><h3>version {_esc(e['version'])}</h3>{histogram_svg(e['histogram'])}</div>")

@@ -39,8 +39,17 @@ from .errors import EdgekitError, TransportError
 
 SCHEMES = {"ssh": "ssh", "adb": "adb", "serial": "serial", "local": "local"}
 FIELDS = {
-    "name": str, "url": str, "profile": str, "tags": list, "python": str, "root": str, "key": str,
-    "known_hosts": str, "ssh_config": str, "connect_timeout": (int, float), "device_timeout": (int, float),
+    "name": str,
+    "url": str,
+    "profile": str,
+    "tags": list,
+    "python": str,
+    "root": str,
+    "key": str,
+    "known_hosts": str,
+    "ssh_config": str,
+    "connect_timeout": (int, float),
+    "device_timeout": (int, float),
 }
 DEFAULTS_FIELDS = set(FIELDS) - {"name", "url"}
 HOST_PATHS = ("key", "known_hosts", "ssh_config")
@@ -56,16 +65,25 @@ class InventoryError(EdgekitError):
 class FleetDevice:
     """One inventory entry, validated: where the device is and how to reach it."""
 
-    def __init__(self, name, url, kind, target, options, profile=None, tags=(), python=None, root=None,
-                 device_timeout=None):
+    def __init__(
+        self, name, url, kind, target, options, profile=None, tags=(), python=None, root=None, device_timeout=None
+    ):
         self.name, self.url, self.kind, self.target, self.options = name, url, kind, target, dict(options)
         self.profile, self.tags, self.python, self.root = profile, list(tags), python, root
         self.device_timeout = device_timeout
 
     def to_dict(self):
-        return {"name": self.name, "url": self.url, "kind": self.kind, "target": self.target,
-                "profile": self.profile, "tags": self.tags, "python": self.python, "root": self.root,
-                "device_timeout": self.device_timeout}
+        return {
+            "name": self.name,
+            "url": self.url,
+            "kind": self.kind,
+            "target": self.target,
+            "profile": self.profile,
+            "tags": self.tags,
+            "python": self.python,
+            "root": self.root,
+            "device_timeout": self.device_timeout,
+        }
 
     def __repr__(self):
         return f"<FleetDevice {self.name} {self.url}>"
@@ -76,8 +94,10 @@ def parse_url(url):
     """``ssh://user@host[:port]`` | ``adb://[SERIAL]`` | ``serial:///dev/tty?baud=N`` | ``local://``
     -> ``(kind, target, options)`` for :func:`edgekit.transports.connect`."""
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"{url!r} is not a device URL; use ssh://USER@HOST[:PORT], adb://SERIAL, "
-                         "serial:///dev/ttyUSB0?baud=115200 or local://")
+        raise ValueError(
+            f"{url!r} is not a device URL; use ssh://USER@HOST[:PORT], adb://SERIAL, "
+            "serial:///dev/ttyUSB0?baud=115200 or local://"
+        )
     scheme = url.split("://", 1)[0].lower()
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r} in {url!r}; use one of: {', '.join(s + '://' for s in SCHEMES)}")
@@ -140,8 +160,10 @@ def parse_inventory(data, path="inventory", base_dir=None):
 
     unknown = set(data) - {"device", "defaults"}
     if unknown:
-        raise InventoryError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
-                             "an inventory has [[device]] entries and an optional [defaults] table")
+        raise InventoryError(
+            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
+            "an inventory has [[device]] entries and an optional [defaults] table"
+        )
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise InventoryError(f"{path}: [defaults] must be a table")
@@ -161,8 +183,10 @@ def parse_inventory(data, path="inventory", base_dir=None):
                 raise InventoryError(f"{path}: {where}: missing field {required!r}")
         name = entry["name"]
         if not _NAME.match(name):
-            raise InventoryError(f"{path}: {where}: field 'name' must be letters, digits, '.', '_' or '-' "
-                                 f"(starting with a letter or digit), not {name!r}")
+            raise InventoryError(
+                f"{path}: {where}: field 'name' must be letters, digits, '.', '_' or '-' "
+                f"(starting with a letter or digit), not {name!r}"
+            )
         if name in seen:
             raise InventoryError(f"{path}: {where}: name {name!r} is already used by device #{seen[name]}")
         seen[name] = i
@@ -175,8 +199,10 @@ def parse_inventory(data, path="inventory", base_dir=None):
         if e.get("profile"):
             prof = e["profile"]
             if not (prof in profiles.names() or (prof.endswith(".toml") and (base_dir / prof).is_file())):
-                raise InventoryError(f"{path}: {where}: field 'profile': unknown profile {prof!r}; "
-                                     f"known: {', '.join(sorted(profiles.names()))}")
+                raise InventoryError(
+                    f"{path}: {where}: field 'profile': unknown profile {prof!r}; "
+                    f"known: {', '.join(sorted(profiles.names()))}"
+                )
             if prof.endswith(".toml"):
                 e["profile"] = str(base_dir / prof)
         for key in HOST_PATHS:
@@ -190,19 +216,35 @@ def parse_inventory(data, path="inventory", base_dir=None):
         if ssh_only and kind != "ssh":
             raise InventoryError(f"{path}: {where}: field {ssh_only[0]!r} applies to ssh:// devices only")
         if "connect_timeout" in entry and kind in ("adb", "local"):  # from [defaults] it applies where it can
-            why = ("the adb server holds the connection" if kind == "adb"
-                   else "local:// is this machine, there is nothing to connect to")
-            raise InventoryError(f"{path}: {where}: field 'connect_timeout' applies to ssh:// and serial:// devices "
-                                 f"only ({why}); use device_timeout to bound the whole run")
+            why = (
+                "the adb server holds the connection"
+                if kind == "adb"
+                else "local:// is this machine, there is nothing to connect to"
+            )
+            raise InventoryError(
+                f"{path}: {where}: field 'connect_timeout' applies to ssh:// and serial:// devices "
+                f"only ({why}); use device_timeout to bound the whole run"
+            )
         if kind == "serial" and "connect_timeout" in e:
             options["timeout"] = float(e["connect_timeout"])
         if kind == "ssh":
             options = {"key_file": e.get("key"), "ssh_config": e.get("ssh_config"), "known_hosts": e.get("known_hosts")}
             if "connect_timeout" in e:
                 options["timeout"] = float(e["connect_timeout"])
-        devices.append(FleetDevice(name, e["url"], kind, target, options, profile=e.get("profile"),
-                                   tags=e.get("tags", []), python=e.get("python"), root=e.get("root"),
-                                   device_timeout=e.get("device_timeout")))
+        devices.append(
+            FleetDevice(
+                name,
+                e["url"],
+                kind,
+                target,
+                options,
+                profile=e.get("profile"),
+                tags=e.get("tags", []),
+                python=e.get("python"),
+                root=e.get("root"),
+                device_timeout=e.get("device_timeout"),
+            )
+        )
     return devices
 
 
@@ -261,6 +303,7 @@ class _Job:
                         raise TransportError(f"given up after its deadline, before {step}")
                     job.step = step
                 return method(*args, **kwargs)
+
             return tracked
 
         device.probe = wrap(device.probe, "probing the device's Python")
@@ -283,8 +326,9 @@ class _Job:
             device = self.device
             step = self.step
         if device is not None:
-            threading.Thread(target=_close_quietly, args=(device,), daemon=True,
-                             name=f"edgekit-fleet-close-{self.fd.name}").start()
+            threading.Thread(
+                target=_close_quietly, args=(device,), daemon=True, name=f"edgekit-fleet-close-{self.fd.name}"
+            ).start()
         return step
 
 
@@ -299,10 +343,19 @@ def _row(fd, status, seconds, step=None, error=None, report=None, exit_code=0):
     r = report or {}
     lat = r.get("latency_ms") or {}
     return {
-        "name": fd.name, "url": fd.url, "status": status, "step": step,
-        "p50_ms": lat.get("p50"), "p90_ms": lat.get("p90"), "accelerator": r.get("accelerator"),
-        "machine": (r.get("device") or {}).get("machine"), "deploy_seconds": r.get("deploy_seconds"),
-        "seconds": round(seconds, 3), "bundle_id": r.get("bundle_id"), "error": error, "exit_code": exit_code,
+        "name": fd.name,
+        "url": fd.url,
+        "status": status,
+        "step": step,
+        "p50_ms": lat.get("p50"),
+        "p90_ms": lat.get("p90"),
+        "accelerator": r.get("accelerator"),
+        "machine": (r.get("device") or {}).get("machine"),
+        "deploy_seconds": r.get("deploy_seconds"),
+        "seconds": round(seconds, 3),
+        "bundle_id": r.get("bundle_id"),
+        "error": error,
+        "exit_code": exit_code,
         "warnings": list(r.get("warnings", [])),
     }
 
@@ -315,8 +368,15 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
     try:
         job.set_step("connecting")
         # local:// runs a tool-environment backend under its Python
-        dev = open_device(fd.kind, fd.target, profile=fd.profile or profile, device_python=fd.python,
-                          device_root=fd.root, backend=backend if fd.kind == "local" else None, **fd.options)
+        dev = open_device(
+            fd.kind,
+            fd.target,
+            profile=fd.profile or profile,
+            device_python=fd.python,
+            device_root=fd.root,
+            backend=backend if fd.kind == "local" else None,
+            **fd.options,
+        )
         try:
             job.track(dev)
             fn = deploy if action == "deploy" else bench
@@ -325,19 +385,25 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
             dev.close()
         row = _row(fd, "ok", time.perf_counter() - job.started, report=report)
     except EdgekitError as e:
-        row = _row(fd, "failed", time.perf_counter() - job.started, step=job.step, error=str(e),
-                   exit_code=e.exit_code)
+        row = _row(fd, "failed", time.perf_counter() - job.started, step=job.step, error=str(e), exit_code=e.exit_code)
     except Exception as e:  # a bug or an unexpected library error on one device must not take the fleet down
-        row = _row(fd, "failed", time.perf_counter() - job.started, step=job.step,
-                   error=f"{type(e).__name__}: {e}", exit_code=1)
+        row = _row(
+            fd,
+            "failed",
+            time.perf_counter() - job.started,
+            step=job.step,
+            error=f"{type(e).__name__}: {e}",
+            exit_code=1,
+        )
     with job.lock:
         if not job.abandoned:
             job.row = row
     job.done.set()
 
 
-def run_fleet(action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None,
-              **kwargs):
+def run_fleet(
+    action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs
+):
     """Deploy (``action="deploy"``) or bench a bundle on ``devices``; return one row per device, in order."""
     from . import agent_package
     from . import bundle as bundle_mod
@@ -396,8 +462,14 @@ def run_fleet(action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEF
                     error = f"timeout after {limit:g} s at step: {step}"
                     if "commit" in step:  # the request was sent before the deadline: it may have been carried out
                         error += " (the device may have switched to the new version: check with `edgekit models`)"
-                    job.row = _row(job.fd, "timeout", time.perf_counter() - (job.started or time.perf_counter()),
-                                   step=step, error=error, exit_code=4)
+                    job.row = _row(
+                        job.fd,
+                        "timeout",
+                        time.perf_counter() - (job.started or time.perf_counter()),
+                        step=step,
+                        error=error,
+                        exit_code=4,
+                    )
                     running.remove(job)
                     emit(job)
             if running:
@@ -441,11 +513,22 @@ def fleet_text(rows, seconds=None):
     head = ("device", "url", "status", "p50 ms", "p90 ms", "accelerator", "deploy s", "total s", "step / error")
     table = []
     for r in rows:
-        problem = "" if r["status"] == "ok" else (r["error"] if r["status"] == "timeout"
-                                                  else f"at {r['step']}: {r['error']}")
-        table.append((r["name"], r["url"], r["status"], _fmt(r["p50_ms"], ".3f"), _fmt(r["p90_ms"], ".3f"),
-                      r["accelerator"] or "-", _fmt(r["deploy_seconds"], ".2f"), _fmt(r["seconds"], ".2f"),
-                      problem.replace("\n", " ")))
+        problem = (
+            "" if r["status"] == "ok" else (r["error"] if r["status"] == "timeout" else f"at {r['step']}: {r['error']}")
+        )
+        table.append(
+            (
+                r["name"],
+                r["url"],
+                r["status"],
+                _fmt(r["p50_ms"], ".3f"),
+                _fmt(r["p90_ms"], ".3f"),
+                r["accelerator"] or "-",
+                _fmt(r["deploy_seconds"], ".2f"),
+                _fmt(r["seconds"], ".2f"),
+                problem.replace("\n", " "),
+            )
+        )
     widths = [max(len(str(x[i])) for x in [head] + table) for i in range(len(head) - 1)]
     lines = []
     for row in [head] + table:
@@ -458,5 +541,17 @@ def fleet_text(rows, seconds=None):
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-__all__ = ["FleetDevice", "InventoryError", "bench_fleet", "deploy_fleet", "exit_code", "fleet_text",
-           "load_inventory", "parse_inventory", "parse_url", "run_fleet", "select", "summary"]
+__all__ = [
+    "FleetDevice",
+    "InventoryError",
+    "bench_fleet",
+    "deploy_fleet",
+    "exit_code",
+    "fleet_text",
+    "load_inventory",
+    "parse_inventory",
+    "parse_url",
+    "run_fleet",
+    "select",
+    "summary",
+]

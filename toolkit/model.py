@@ -15,9 +15,15 @@ from onnx import TensorProto
 from .errors import ModelError
 
 ONNX_TO_NUMPY = {
-    TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.DOUBLE: "float64",
-    TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.INT16: "int16",
-    TensorProto.UINT16: "uint16", TensorProto.INT32: "int32", TensorProto.INT64: "int64",
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.DOUBLE: "float64",
+    TensorProto.INT8: "int8",
+    TensorProto.UINT8: "uint8",
+    TensorProto.INT16: "int16",
+    TensorProto.UINT16: "uint16",
+    TensorProto.INT32: "int32",
+    TensorProto.INT64: "int64",
     TensorProto.BOOL: "bool",
 }
 
@@ -42,9 +48,17 @@ def guess_layout(shape):
     if len(shape) != 4:
         return None
     c_first, c_last = shape[1], shape[3]
-    if isinstance(c_first, int) and c_first in (1, 2, 3, 4) and not (isinstance(c_last, int) and c_last in (1, 2, 3, 4)):
+    if (
+        isinstance(c_first, int)
+        and c_first in (1, 2, 3, 4)
+        and not (isinstance(c_last, int) and c_last in (1, 2, 3, 4))
+    ):
         return "NCHW"
-    if isinstance(c_last, int) and c_last in (1, 2, 3, 4) and not (isinstance(c_first, int) and c_first in (1, 2, 3, 4)):
+    if (
+        isinstance(c_last, int)
+        and c_last in (1, 2, 3, 4)
+        and not (isinstance(c_first, int) and c_first in (1, 2, 3, 4))
+    ):
         return "NHWC"
     return None
 
@@ -76,11 +90,13 @@ def parse_input_shapes(items):
             if any(d <= 0 for d in shapes[name]):
                 raise ValueError
         except ValueError:
-            raise ModelError(f"bad --input-shape {item!r}: expected NAME=D1,D2,... with positive integers, e.g. x=1,3,224,224") from None
+            raise ModelError(
+                f"bad --input-shape {item!r}: expected NAME=D1,D2,... with positive integers, e.g. x=1,3,224,224"
+            ) from None
     return shapes
 
 
-PORTABLE_IR = 10            # ONNX 1.16+: every opset up to 21, the 4-bit and float8 types
+PORTABLE_IR = 10  # ONNX 1.16+: every opset up to 21, the 4-bit and float8 types
 PORTABLE_IR_MAX_OPSET = 21
 
 
@@ -127,12 +143,16 @@ def load_model(path, input_shapes=None):
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     if path.suffix.lower() not in (".onnx",):
-        raise ModelError(f"{path} is not an ONNX model (.onnx expected); export your model to ONNX first (torch.onnx.export, tf2onnx, paddle2onnx)")
+        raise ModelError(
+            f"{path} is not an ONNX model (.onnx expected); export your model to ONNX first (torch.onnx.export, tf2onnx, paddle2onnx)"
+        )
     raw = path.read_bytes()
     try:
         proto = onnx.load_from_string(raw)
     except Exception as e:  # protobuf raises DecodeError and friends, with no common base
-        raise ModelError(f"{path} is not a valid ONNX file (cannot parse the protobuf: {e}); the file may be truncated or corrupt, re-export or re-download it") from None
+        raise ModelError(
+            f"{path} is not a valid ONNX file (cannot parse the protobuf: {e}); the file may be truncated or corrupt, re-export or re-download it"
+        ) from None
     if not proto.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: it has no graph nodes (is it an ONNX file at all?)")
     try:
@@ -145,17 +165,25 @@ def load_model(path, input_shapes=None):
     shapes = dict(input_shapes or {})
     unknown = set(shapes) - {i.name for i in graph_inputs}
     if unknown:
-        raise ModelError(f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}")
+        raise ModelError(
+            f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}"
+        )
     for inp in graph_inputs:
         dims = inp.type.tensor_type.shape.dim
         if inp.name in shapes:
             want = shapes[inp.name]
-            original = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims]
+            original = [
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims
+            ]
             if len(want) != len(dims):
-                raise ModelError(f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(dims)}")
+                raise ModelError(
+                    f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(dims)}"
+                )
             for d, w in zip(dims, want):
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
-                    raise ModelError(f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's shape {original}")
+                    raise ModelError(
+                        f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's shape {original}"
+                    )
                 d.Clear()
                 d.dim_value = w
         else:
@@ -166,7 +194,8 @@ def load_model(path, input_shapes=None):
             elif missing:
                 shown = ",".join(
                     ("1" if i == 0 else f"<{d.dim_param or 'dim%d' % i}>") if i in missing else str(d.dim_value)
-                    for i, d in enumerate(dims))
+                    for i, d in enumerate(dims)
+                )
                 raise ModelError(
                     f"input {inp.name!r} has dynamic dimensions at positions {missing} (shape [{shown}]); "
                     f"this build needs static shapes: pass --input-shape {inp.name}={shown} with numbers filled in"

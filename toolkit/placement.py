@@ -30,7 +30,7 @@ from . import support_tables as st
 from .errors import BundleError, EdgekitError
 
 SCHEMA = "edgekit.placement"
-MAX_LISTED = 200   # fallback / unknown nodes kept per accelerator in reports
+MAX_LISTED = 200  # fallback / unknown nodes kept per accelerator in reports
 
 # ONNX Runtime execution providers that are the CPU (not an accelerator placement question).
 CPU_PROVIDERS = {"CPUExecutionProvider", "XNNPACKExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider"}
@@ -45,19 +45,68 @@ ORT_ACCELERATORS = {  # provider -> (short name, profile accelerator api, suppor
 }
 MNN_GPU_API = {"OPENCL": "opencl", "VULKAN": "vulkan", "METAL": "metal", "CUDA": "cuda"}
 
-ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "PRelu", "HardSigmoid",
-               "HardSwish", "Exp", "Log", "Sqrt", "Pow", "Max", "Min", "Abs", "Neg", "Erf", "Elu", "Selu", "Softplus",
-               "Gelu", "Where", "Sum", "Mean", "Reciprocal", "QuantizeLinear", "DequantizeLinear",
-               # OpenVINO names
-               "Multiply", "Subtract", "Divide", "Relu", "Clamp", "HSwish", "HSigmoid", "Swish", "Mish", "Power",
-               "Maximum", "Minimum", "Exp", "FakeQuantize", "Convert", "PRelu"}
+ELEMENTWISE = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Clip",
+    "LeakyRelu",
+    "PRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Pow",
+    "Max",
+    "Min",
+    "Abs",
+    "Neg",
+    "Erf",
+    "Elu",
+    "Selu",
+    "Softplus",
+    "Gelu",
+    "Where",
+    "Sum",
+    "Mean",
+    "Reciprocal",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    # OpenVINO names
+    "Multiply",
+    "Subtract",
+    "Divide",
+    "Clamp",
+    "HSwish",
+    "HSigmoid",
+    "Swish",
+    "Mish",
+    "Power",
+    "Maximum",
+    "Minimum",
+    "FakeQuantize",
+    "Convert",
+}
 OV_SKIP = {"Parameter", "Result", "Constant"}
 
 
 # -- graphs: one normalized node list per kind of model file ----------------------------------
 def _node(name, op, inputs, outputs, attrs=None, domain="", version=None):
-    return {"name": name, "op": op, "domain": domain, "inputs": inputs, "outputs": outputs,
-            "attrs": attrs or {}, "flops": None, "version": version}
+    return {
+        "name": name,
+        "op": op,
+        "domain": domain,
+        "inputs": inputs,
+        "outputs": outputs,
+        "attrs": attrs or {},
+        "flops": None,
+        "version": version,
+    }
 
 
 def _prod(shape):
@@ -120,8 +169,11 @@ def onnx_graph(proto):
     info = {}
     for v in list(g.input) + list(g.value_info) + list(g.output):
         t = v.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim] \
-            if t.HasField("shape") else None
+        shape = (
+            [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+            if t.HasField("shape")
+            else None
+        )
         if shape is not None and any(not isinstance(d, int) for d in shape):
             shape = [d if isinstance(d, int) else -1 for d in shape]
         info[v.name] = (shape, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else None)
@@ -131,10 +183,23 @@ def onnx_graph(proto):
     for idx, n in enumerate(g.node):
         if n.op_type == "Constant":
             continue
-        inputs = [{"name": x, "shape": info.get(x, (None, None))[0], "dtype": info.get(x, (None, None))[1],
-                   "const": x in consts} for x in n.input]
-        node = _node(n.name or f"{n.op_type}_{idx}", n.op_type, inputs, list(n.output),
-                     {a.name: _attr_value(a) for a in n.attribute}, n.domain or "ai.onnx")
+        inputs = [
+            {
+                "name": x,
+                "shape": info.get(x, (None, None))[0],
+                "dtype": info.get(x, (None, None))[1],
+                "const": x in consts,
+            }
+            for x in n.input
+        ]
+        node = _node(
+            n.name or f"{n.op_type}_{idx}",
+            n.op_type,
+            inputs,
+            list(n.output),
+            {a.name: _attr_value(a) for a in n.attribute},
+            n.domain or "ai.onnx",
+        )
         node["flops"] = _flops(node, [info.get(o, (None, None))[0] for o in n.output[:1]])
         nodes.append(node)
     return nodes
@@ -152,9 +217,14 @@ def openvino_graph(model):
             src = port.get_source_output()
             ps = port.get_partial_shape()
             shape = [d.get_length() if d.is_static else -1 for d in ps] if ps.rank.is_static else None
-            inputs.append({"name": f"{src.get_node().get_friendly_name()}:{src.get_index()}", "shape": shape,
-                           "dtype": port.get_element_type().get_type_name(),
-                           "const": src.get_node().get_type_name() == "Constant"})
+            inputs.append(
+                {
+                    "name": f"{src.get_node().get_friendly_name()}:{src.get_index()}",
+                    "shape": shape,
+                    "dtype": port.get_element_type().get_type_name(),
+                    "const": src.get_node().get_type_name() == "Constant",
+                }
+            )
         outputs = [f"{op.get_friendly_name()}:{i}" for i in range(op.get_output_size())]
         attrs = {}
         try:
@@ -179,8 +249,9 @@ def mnn_graph(model_file, workdir):
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         dump = Path(tmp) / "model.json"
-        _run_tool("convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(model_file), "--JsonFile", str(dump)],
-                  tmp, dump)
+        _run_tool(
+            "convert", ["mnnconvert", "-f", "MNN", "--modelFile", str(model_file), "--JsonFile", str(dump)], tmp, dump
+        )
         net = json.loads(dump.read_text())
     nodes = []
     for i, op in enumerate(net.get("oplists") or []):
@@ -188,8 +259,15 @@ def mnn_graph(model_file, workdir):
         if kind in ("Input", "Const"):
             continue
         inputs = [{"name": f"t{t}", "shape": None, "dtype": None, "const": False} for t in op.get("inputIndexes") or []]
-        nodes.append(_node(op.get("name") or f"{kind}_{i}", kind, inputs,
-                           [f"t{t}" for t in op.get("outputIndexes") or []], domain="mnn"))
+        nodes.append(
+            _node(
+                op.get("name") or f"{kind}_{i}",
+                kind,
+                inputs,
+                [f"t{t}" for t in op.get("outputIndexes") or []],
+                domain="mnn",
+            )
+        )
     return nodes
 
 
@@ -199,8 +277,16 @@ def op_list_graph(ops):
     for entry in ops:
         versions = entry.get("versions") or ([entry["version"]] if entry.get("version") is not None else [None])
         for k in range(int(entry.get("count", 1))):
-            nodes.append(_node(f"{entry['op']}#{k}", entry["op"], [], [], domain=entry.get("domain", ""),
-                               version=versions[min(k, len(versions) - 1)]))
+            nodes.append(
+                _node(
+                    f"{entry['op']}#{k}",
+                    entry["op"],
+                    [],
+                    [],
+                    domain=entry.get("domain", ""),
+                    version=versions[min(k, len(versions) - 1)],
+                )
+            )
     return nodes
 
 
@@ -267,8 +353,11 @@ OP_FIXES = {  # advice for op types accelerators commonly reject (the math is ex
 
 
 def _fix_op(op, accelerator):
-    return OP_FIXES.get(op, f"replace {op} with ops {accelerator} runs, or move it to the start or end of the graph "
-                            "so the rest stays one partition (each boundary costs a copy)")
+    return OP_FIXES.get(
+        op,
+        f"replace {op} with ops {accelerator} runs, or move it to the start or end of the graph "
+        "so the rest stays one partition (each boundary costs a copy)",
+    )
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -284,13 +373,21 @@ def _summary(nodes, status, partition_count):
     yes = sum(1 for s in status if s == st.YES)
     unknown = sum(1 for s in status if s == st.UNKNOWN)
     flops = [x["flops"] for x in nodes]
-    known = any(f is not None for f in flops)   # nodes whose shapes are unknown count as 0 (flops_partial)
+    known = any(f is not None for f in flops)  # nodes whose shapes are unknown count as 0 (flops_partial)
     total = sum(f for f in flops if f) if known else None
     on = sum(f for f, s in zip(flops, status) if f and s == st.YES) if known else None
-    return {"nodes": n, "on_accelerator": yes, "fallback": n - yes - unknown, "unknown": unknown,
-            "node_share": round(yes / n, 4) if n else None, "flops": total, "flops_on_accelerator": on,
-            "flops_share": round(on / total, 4) if total else None,
-            "flops_partial": known and any(f is None for f in flops), "partitions": partition_count}
+    return {
+        "nodes": n,
+        "on_accelerator": yes,
+        "fallback": n - yes - unknown,
+        "unknown": unknown,
+        "node_share": round(yes / n, 4) if n else None,
+        "flops": total,
+        "flops_on_accelerator": on,
+        "flops_share": round(on / total, 4) if total else None,
+        "flops_partial": known and any(f is None for f in flops),
+        "partitions": partition_count,
+    }
 
 
 def _by_op(nodes, status):
@@ -308,12 +405,25 @@ def _target(name, device, checked_with, nodes, verdicts, source=None, partition_
     status = [v[0] for v in verdicts]
     if partition_count == "compute":
         partition_count = partitions(nodes, [s == st.YES for s in status])
-    fallback = [{"node": n["name"], "op": n["op"], "reason": v[1], "fix": v[2]}
-                for n, v in zip(nodes, verdicts) if v[0] == st.NO]
-    unknown = [{"node": n["name"], "op": n["op"], "reason": v[1]} for n, v in zip(nodes, verdicts) if v[0] == st.UNKNOWN]
-    return {"accelerator": name, "device": device, "checked_with": checked_with, "source": source,
-            "summary": _summary(nodes, status, partition_count), "by_op": _by_op(nodes, status),
-            "fallback": fallback[:MAX_LISTED], "unknown": unknown[:MAX_LISTED], "notes": list(notes)}
+    fallback = [
+        {"node": n["name"], "op": n["op"], "reason": v[1], "fix": v[2]}
+        for n, v in zip(nodes, verdicts)
+        if v[0] == st.NO
+    ]
+    unknown = [
+        {"node": n["name"], "op": n["op"], "reason": v[1]} for n, v in zip(nodes, verdicts) if v[0] == st.UNKNOWN
+    ]
+    return {
+        "accelerator": name,
+        "device": device,
+        "checked_with": checked_with,
+        "source": source,
+        "summary": _summary(nodes, status, partition_count),
+        "by_op": _by_op(nodes, status),
+        "fallback": fallback[:MAX_LISTED],
+        "unknown": unknown[:MAX_LISTED],
+        "notes": list(notes),
+    }
 
 
 def _ort_checker_target(proto, provider, profile):
@@ -329,13 +439,13 @@ def _ort_checker_target(proto, provider, profile):
 
     short, api, table_name = ORT_ACCELERATORS[provider]
     table = st.load(table_name)
-    with tempfile.TemporaryDirectory() as tmp:   # as ORT's checker and edgekit's ort backend do:
+    with tempfile.TemporaryDirectory() as tmp:  # as ORT's checker and edgekit's ort backend do:
         src, optimized = Path(tmp) / "model.onnx", Path(tmp) / "basic.onnx"  # basic optimizations first
         onnx.save(proto, str(src))
         with _quiet():
             optimize_model(src, optimized, use_external_initializers=True)
         model = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
-    for i, n in enumerate(model.graph.node):   # name every node so the checker's groups map back
+    for i, n in enumerate(model.graph.node):  # name every node so the checker's groups map back
         if not n.name:
             n.name = f"{n.op_type}_{i}"
     with _quiet():
@@ -358,19 +468,37 @@ def _ort_checker_target(proto, provider, profile):
             continue
         op_ok = checker.is_op_supported(proto_node)
         dynamic = [x for x in proto_node.input if x and not (x in inits or (x in vi and is_fixed_size_tensor(vi[x])))]
-        high = [x for x in proto_node.input if x in vi and vi[x].type.HasField("tensor_type")
-                and len(vi[x].type.tensor_type.shape.dim) > max_rank]
+        high = [
+            x
+            for x in proto_node.input
+            if x in vi and vi[x].type.HasField("tensor_type") and len(vi[x].type.tensor_type.shape.dim) > max_rank
+        ]
         if not op_ok:
-            verdicts.append((st.NO, f"{short} does not support op type {node['domain']}:{node['op']} "
-                                    f"(ONNX Runtime's {short} op list)", _fix_op(node["op"], short)))
+            verdicts.append(
+                (
+                    st.NO,
+                    f"{short} does not support op type {node['domain']}:{node['op']} (ONNX Runtime's {short} op list)",
+                    _fix_op(node["op"], short),
+                )
+            )
         elif dynamic:
-            verdicts.append((st.NO, f"input {dynamic[0]} has a dynamic shape; the {short} check requires fixed shapes",
-                             "fix the shapes: rebuild with --input-shape NAME=D1,D2,... for every input; shapes "
-                             "computed from data (NonZero, TopK with a runtime k) stay dynamic: move those ops to the "
-                             "end of the graph"))
+            verdicts.append(
+                (
+                    st.NO,
+                    f"input {dynamic[0]} has a dynamic shape; the {short} check requires fixed shapes",
+                    "fix the shapes: rebuild with --input-shape NAME=D1,D2,... for every input; shapes "
+                    "computed from data (NonZero, TopK with a runtime k) stay dynamic: move those ops to the "
+                    "end of the graph",
+                )
+            )
         elif high:
-            verdicts.append((st.NO, f"input {high[0]} has rank > {max_rank}, which {short} does not take",
-                             f"reshape to rank <= {max_rank} around {node['op']}"))
+            verdicts.append(
+                (
+                    st.NO,
+                    f"input {high[0]} has rank > {max_rank}, which {short} does not take",
+                    f"reshape to rank <= {max_rank} around {node['op']}",
+                )
+            )
         elif node["name"] not in in_groups:
             verdicts.append((st.UNKNOWN, "not in a partition of ORT's checker (a subgraph or an ordering effect)", ""))
         else:
@@ -384,16 +512,26 @@ def _ort_checker_target(proto, provider, profile):
                 if caveat and not any(q in caveat for q in ruled):
                     caveats.add(f"{node['op']}: {caveat}")
     ours = sum(1 for v in verdicts if v[0] == st.YES)
-    notes = ["analysed after ONNX Runtime's basic graph optimizations, as a session on the device applies them "
-             "(constant folding, fusions, function ops inlined)",
-             f"ONNX Runtime's checker: {info.num_supported_nodes}/{info.num_nodes} nodes in {info.num_partitions} "
-             f"partition(s), suitability {info.suitability().name}"]
+    notes = [
+        "analysed after ONNX Runtime's basic graph optimizations, as a session on the device applies them "
+        "(constant folding, fusions, function ops inlined)",
+        f"ONNX Runtime's checker: {info.num_supported_nodes}/{info.num_nodes} nodes in {info.num_partitions} "
+        f"partition(s), suitability {info.suitability().name}",
+    ]
     if ours != info.num_supported_nodes:
-        notes.append(f"{info.num_supported_nodes - ours} node(s) the checker accepts break a caveat of its op list "
-                     "(checked here)")
-    target = _target(short, _accelerator_name(profile, api),
-                     f"ONNX Runtime {onnxruntime.__version__} mobile usability checker (per node) + {table_name}.toml "
-                     "caveat rules", nodes, verdicts, st.cite(table), notes=notes)
+        notes.append(
+            f"{info.num_supported_nodes - ours} node(s) the checker accepts break a caveat of its op list "
+            "(checked here)"
+        )
+    target = _target(
+        short,
+        _accelerator_name(profile, api),
+        f"ONNX Runtime {onnxruntime.__version__} mobile usability checker (per node) + {table_name}.toml caveat rules",
+        nodes,
+        verdicts,
+        st.cite(table),
+        notes=notes,
+    )
     target["caveats_not_checked"] = sorted(caveats)
     return target
 
@@ -440,28 +578,52 @@ def openvino_targets(ov_model, profile):
     targets = []
     for dev in device_list(profile.backend("openvino").get("device", "CPU")):
         kind = "npu" if dev.startswith("NPU") else "gpu" if dev.startswith("GPU") else "cpu"
-        device = _accelerator_name(profile, f"openvino-{kind}") or (profile.data["cpu"].get("model") if kind == "cpu"
-                                                                   else None)
+        device = _accelerator_name(profile, f"openvino-{kind}") or (
+            profile.data["cpu"].get("model") if kind == "cpu" else None
+        )
         if _present(dev, available):
             supported = core.query_model(ov_model, dev)
-            verdicts = [(st.YES, "", "") if n["name"] in supported else
-                        (st.NO, f"OpenVINO's {dev} plugin does not support {n['op']} (Core.query_model)",
-                         _fix_op(n["op"], f"OpenVINO {dev}")) for n in nodes]
+            verdicts = [
+                (st.YES, "", "")
+                if n["name"] in supported
+                else (
+                    st.NO,
+                    f"OpenVINO's {dev} plugin does not support {n['op']} (Core.query_model)",
+                    _fix_op(n["op"], f"OpenVINO {dev}"),
+                )
+                for n in nodes
+            ]
             notes = []
             if dev == "CPU":
-                notes.append("the CPU is the fallback device, not an accelerator: listed to show what OpenVINO's "
-                             "CPU plugin on this machine accepts")
-            targets.append(_target(dev, device, f"Core.query_model on this machine's {dev} plugin "
-                                                f"({ov_backend._device_name(core, dev)})", nodes, verdicts, notes=notes))
+                notes.append(
+                    "the CPU is the fallback device, not an accelerator: listed to show what OpenVINO's "
+                    "CPU plugin on this machine accepts"
+                )
+            targets.append(
+                _target(
+                    dev,
+                    device,
+                    f"Core.query_model on this machine's {dev} plugin ({ov_backend._device_name(core, dev)})",
+                    nodes,
+                    verdicts,
+                    notes=notes,
+                )
+            )
             continue
         why = f"not checked: no {dev} plugin on this machine"
         limits = st.device_limits(table, dev)
         if dynamic and limits.get("dynamic_shapes") == "no":
-            verdicts = [(st.NO, f"the model has dynamic input shapes; \"{limits['quote']}\"",
-                         "fix the shapes: rebuild with --input-shape NAME=D1,D2,...")] * len(nodes)
+            verdicts = [
+                (
+                    st.NO,
+                    f'the model has dynamic input shapes; "{limits["quote"]}"',
+                    "fix the shapes: rebuild with --input-shape NAME=D1,D2,...",
+                )
+            ] * len(nodes)
         else:
-            verdicts = [(st.UNKNOWN, f"{why}; OpenVINO's documentation has no per-operation {dev} table", "")] \
-                * len(nodes)
+            verdicts = [(st.UNKNOWN, f"{why}; OpenVINO's documentation has no per-operation {dev} table", "")] * len(
+                nodes
+            )
         t = _target(dev, device, why, nodes, verdicts, st.cite(table), partition_count=None)
         t["unknown"] = t["unknown"][:1] and [{"node": "*", "op": "*", "reason": verdicts[0][1]}]
         t["notes"].append(ov_backend._plugin_detail(core, dev, available))
@@ -479,10 +641,16 @@ def mnn_targets(nodes, profile):
     for n in nodes:
         s, why = st.check_backend_op(table, backend, n["op"])
         verdicts.append((s, why, _fix_op(n["op"], f"MNN {backend}") if s == st.NO else ""))
-    notes = ["FLOPs: the .mnn dump carries no shapes; the build report computes them from the ONNX graph"] \
-        if any(n["flops"] is None for n in nodes) else []
-    return [_target(f"MNN {backend}", device, f"{table['name']} (mnn_gpu.toml)", nodes, verdicts, st.cite(table),
-                    notes=notes)]
+    notes = (
+        ["FLOPs: the .mnn dump carries no shapes; the build report computes them from the ONNX graph"]
+        if any(n["flops"] is None for n in nodes)
+        else []
+    )
+    return [
+        _target(
+            f"MNN {backend}", device, f"{table['name']} (mnn_gpu.toml)", nodes, verdicts, st.cite(table), notes=notes
+        )
+    ]
 
 
 def tflite_targets(nodes, profile):
@@ -490,11 +658,15 @@ def tflite_targets(nodes, profile):
     if not profile.data.get("accelerators"):
         return []
     table = st.load("tflite_gpu")
-    device = _accelerator_name(profile, "opencl") or _accelerator_name(profile, "metal") \
+    device = (
+        _accelerator_name(profile, "opencl")
+        or _accelerator_name(profile, "metal")
         or _accelerator_name(profile, "opengl-es")
+    )
     verdicts = [st.check_op_list(table, n) for n in nodes]
-    return [_target("TFLite GPU delegate", device, "tflite_gpu.toml (documented op list)", nodes, verdicts,
-                    st.cite(table))]
+    return [
+        _target("TFLite GPU delegate", device, "tflite_gpu.toml (documented op list)", nodes, verdicts, st.cite(table))
+    ]
 
 
 # -- graph readers per backend ------------------------------------------------------------------
@@ -520,7 +692,7 @@ TARGETS = {"ort": ort_targets, "openvino": openvino_targets, "mnn": mnn_targets,
 
 def analyse(kind, graph, backend, profile, graph_note=""):
     """Placement for a loaded graph: ``kind`` onnx (ModelProto), openvino (ov.Model), mnn / ops (node list)."""
-    if kind == "onnx":   # an ONNX graph is what ONNX Runtime runs; other runtimes' tables name their own ops
+    if kind == "onnx":  # an ONNX graph is what ONNX Runtime runs; other runtimes' tables name their own ops
         nodes = onnx_graph(graph)
         targets = ort_targets(graph, profile) if backend == "ort" else []
     elif kind == "openvino":
@@ -531,16 +703,20 @@ def analyse(kind, graph, backend, profile, graph_note=""):
         targets = fn(nodes, profile) if fn and backend not in ("ort", "openvino") else []
     flops = [n["flops"] for n in nodes]
     out = {
-        "schema": SCHEMA, "backend": backend, "profile": profile.name,
-        "graph": {"kind": kind, "nodes": len(nodes),
-                  "flops": sum(f for f in flops if f) if any(f is not None for f in flops) else None,
-                  "flops_partial": any(f is None for f in flops),
-                  "note": graph_note},
+        "schema": SCHEMA,
+        "backend": backend,
+        "profile": profile.name,
+        "graph": {
+            "kind": kind,
+            "nodes": len(nodes),
+            "flops": sum(f for f in flops if f) if any(f is not None for f in flops) else None,
+            "flops_partial": any(f is None for f in flops),
+            "note": graph_note,
+        },
         "targets": targets,
     }
     if not targets:
-        out["note"] = (f"profile {profile.name} names no accelerator for backend {backend}: every node runs on "
-                       "the CPU")
+        out["note"] = f"profile {profile.name} names no accelerator for backend {backend}: every node runs on the CPU"
     return out
 
 
@@ -561,7 +737,7 @@ def explain_build(result, ctx, backend):
         return {"error": f"no graph reader for {model_file.name}"}
     out = analyse(kind, graph, backend, ctx.profile, note)
     out["precision"] = ctx.precision
-    if kind == "mnn":   # FLOPs from the reference graph MNN converted
+    if kind == "mnn":  # FLOPs from the reference graph MNN converted
         import onnx
 
         ref = onnx_graph(onnx.load(str(ctx.reference_path)))
@@ -577,7 +753,11 @@ def _bundle_profile(manifest, profile):
 
     if profile is None:
         spec = manifest.get("profile_spec")
-        return profiles.Profile(manifest["profile"], spec, "bundle manifest") if spec else profiles.load(manifest["profile"])
+        return (
+            profiles.Profile(manifest["profile"], spec, "bundle manifest")
+            if spec
+            else profiles.load(manifest["profile"])
+        )
     return profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
 
 
@@ -605,25 +785,35 @@ def explain(bundle_dir, profile=None, model=None):
             from .model import file_sha256, load_model
 
             if not Path(model).is_file() or file_sha256(model) != manifest["source"]["sha256"]:
-                raise BundleError(f"{model} is not the model bundle {bundle_dir} was built from (sha256 differs from "
-                                  f"the manifest's source {manifest['source']['file']}); pass that file to --model")
+                raise BundleError(
+                    f"{model} is not the model bundle {bundle_dir} was built from (sha256 differs from "
+                    f"the manifest's source {manifest['source']['file']}); pass that file to --model"
+                )
             src = load_model(model, {s["name"]: s["shape"] for s in manifest["inputs"]})
             kind, graph = "onnx", src.proto
-            note = (f"the source model {Path(model).name} with the bundle's input shapes (fp32); the bundle's "
-                    f"{manifest['model']} holds the {manifest['precision']} graph")
+            note = (
+                f"the source model {Path(model).name} with the bundle's input shapes (fp32); the bundle's "
+                f"{manifest['model']} holds the {manifest['precision']} graph"
+            )
         elif backend not in ("ort", "openvino", "mnn") and manifest.get("ops"):
             kind, graph, note = "ops", op_list_graph(manifest["ops"]), "the manifest's op list (no graph edges)"
         else:
             report = _report_section(bundle_dir)
             if report is not None and report.get("profile") == prof.name:
                 report = dict(report)
-                report["graph"] = dict(report.get("graph", {}), note=(
-                    f"from the build report: {manifest['model']} cannot be read as a graph here; pass --model "
-                    "SOURCE.onnx to analyse it again"))
+                report["graph"] = dict(
+                    report.get("graph", {}),
+                    note=(
+                        f"from the build report: {manifest['model']} cannot be read as a graph here; pass --model "
+                        "SOURCE.onnx to analyse it again"
+                    ),
+                )
                 report["bundle"] = manifest["name"]
                 return report
-            raise BundleError(f"{manifest['model']} cannot be read as a graph by edgekit, and the build report has "
-                              f"no placement for profile {prof.name}: pass the source ONNX model with --model")
+            raise BundleError(
+                f"{manifest['model']} cannot be read as a graph by edgekit, and the build report has "
+                f"no placement for profile {prof.name}: pass the source ONNX model with --model"
+            )
         out = analyse(kind, graph, backend, prof, note)
     out["bundle"] = manifest["name"]
     out["precision"] = manifest["precision"]
@@ -661,7 +851,8 @@ def _write_ort(bundle_dir, manifest, out):
         "  (Android: add --android --android_abi arm64-v8a --android_api 29 --android_sdk_path ... "
         "--android_ndk_path ...;\n   with the NNAPI EP: --use_nnapi; iOS: --ios --use_coreml; "
         "a .ort model needs --minimal_build, an .onnx one --minimal_build extended)\n\n"
-        f"operators ({len(ops)}): {', '.join(ops)}\n")
+        f"operators ({len(ops)}): {', '.join(ops)}\n"
+    )
     return [dst, out / "README.txt"]
 
 
@@ -669,8 +860,12 @@ def _write_mnn(bundle_dir, manifest, out):
     nodes = mnn_graph(bundle_dir / manifest["model"], out)
     ops = sorted({n["op"] for n in nodes})
     dst = out / "op.txt"
-    dst.write_text("# MNN op types of " + manifest["model"] + " (one per line, for tools/script/prue_mnn_ops.py)\n"
-                   + "".join(f"{op}\n" for op in ops))
+    dst.write_text(
+        "# MNN op types of "
+        + manifest["model"]
+        + " (one per line, for tools/script/prue_mnn_ops.py)\n"
+        + "".join(f"{op}\n" for op in ops)
+    )
     (out / "README.txt").write_text(
         "MNN build with only this model's operators\n\n"
         "op.txt lists MNN OpType names, one per line, as MNN's tools/script/prue_mnn_ops.py reads them.\n"
@@ -679,7 +874,8 @@ def _write_mnn(bundle_dir, manifest, out):
         "  python3 tools/script/prue_mnn_ops.py op.txt $MNN_ROOT\n"
         "  cmake -DMNN_REDUCE_SIZE=ON [-DMNN_OPENCL=ON | -DMNN_VULKAN=ON | -DMNN_METAL=ON] .. && make -j\n\n"
         "MNN_BUILD_MINI=ON also drops MNN's geometry computation; MNN then loads only models converted with\n"
-        "MNNConvert --saveStaticModel (fixed input shapes), which this bundle's model.mnn was not.\n")
+        "MNNConvert --saveStaticModel (fixed input shapes), which this bundle's model.mnn was not.\n"
+    )
     return [dst, out / "README.txt"]
 
 
@@ -699,7 +895,8 @@ def _write_openvino(bundle_dir, manifest, out):
         "  cmake -DSELECTIVE_BUILD=ON -DSELECTIVE_BUILD_STAT=$PWD/stats/*.csv .. && cmake --build .\n\n"
         "ops.txt lists the model's OpenVINO operation types for reference only.\n"
         "Source: https://docs.openvino.ai/2024/openvino-workflow/deployment-locally/"
-        "optimial-binary-size-conditional-compilation.html\n")
+        "optimial-binary-size-conditional-compilation.html\n"
+    )
     return [out / "ops.txt", out / "README.txt"]
 
 
@@ -714,7 +911,8 @@ def _write_tflite(bundle_dir, manifest, out):
         "TFLite (LiteRT) selective build\n\n"
         "TFLite's selective build reads the model file itself, e.g.\n"
         f"  bash tensorflow/lite/tools/build_aar.sh --input_models={manifest['model']} --target_archs=arm64-v8a\n"
-        "ops.txt lists the builtin ops with the versions the model needs.\n")
+        "ops.txt lists the builtin ops with the versions the model needs.\n"
+    )
     return [out / "ops.txt", out / "README.txt"]
 
 
@@ -728,16 +926,22 @@ def _write_paddlelite(bundle_dir, manifest, out):
     import shutil
 
     wanted = {"tailored_ops": ".tailored_ops_list", "tailored_kernels": ".tailored_kernels_list"}
-    found = [(bundle_dir / f["name"], wanted[f["role"]]) for f in manifest.get("files", [])
-             if f.get("role") in wanted and (bundle_dir / f["name"]).is_file()]
+    found = [
+        (bundle_dir / f["name"], wanted[f["role"]])
+        for f in manifest.get("files", [])
+        if f.get("role") in wanted and (bundle_dir / f["name"]).is_file()
+    ]
     if not found:
-        raise BundleError(f"bundle {bundle_dir} has no Paddle Lite tailoring lists (files with roles "
-                          f"{', '.join(wanted)}); rebuild it with this edgekit (opt --record_tailoring_info=true)")
+        raise BundleError(
+            f"bundle {bundle_dir} has no Paddle Lite tailoring lists (files with roles "
+            f"{', '.join(wanted)}); rebuild it with this edgekit (opt --record_tailoring_info=true)"
+        )
     for src, name in found:
         shutil.copyfile(src, out / name)
     (out / "README.txt").write_text(
         "Paddle Lite tailored build (only the ops and kernels this model uses)\n\n"
-        "  ./lite/tools/build_android.sh --with_strip=ON --opt_model_dir=THIS_DIR   # or build_linux.sh for ARM Linux\n")
+        "  ./lite/tools/build_android.sh --with_strip=ON --opt_model_dir=THIS_DIR   # or build_linux.sh for ARM Linux\n"
+    )
     return [out / name for _, name in found] + [out / "README.txt"]
 
 
@@ -752,15 +956,18 @@ PLAN = {
     "ort": "required_operators.config for ONNX Runtime's --include_ops_by_config (minimal build)",
     "mnn": "op.txt (MNN op types) for MNN's tools/script/prue_mnn_ops.py",
     "openvino": "none applies: OpenVINO's conditional compilation needs usage statistics from an instrumented run; "
-                "README.txt gives the steps",
+    "README.txt gives the steps",
     "tflite": "ops.txt (builtin ops with versions); TFLite's build_aar.sh --input_models reads the model itself",
     "paddlelite": "Paddle Lite tailoring lists from opt --record_tailoring_info",
 }
 
 
 def selective_build_plan(backend):
-    return {"backend": backend, "writes": PLAN.get(backend, f"nothing: no selective-build writer for {backend}"),
-            "command": "edgekit explain BUNDLE --selective-build DIR"}
+    return {
+        "backend": backend,
+        "writes": PLAN.get(backend, f"nothing: no selective-build writer for {backend}"),
+        "command": "edgekit explain BUNDLE --selective-build DIR",
+    }
 
 
 def selective_build(bundle_dir, out_dir):
@@ -771,8 +978,9 @@ def selective_build(bundle_dir, out_dir):
     manifest = bundle_mod.load(bundle_dir)
     backend = manifest["backend"]
     if backend not in SELECTIVE_BUILD:
-        raise EdgekitError(f"edgekit has no selective-build writer for backend {backend!r} "
-                           f"(it has: {', '.join(SELECTIVE_BUILD)})")
+        raise EdgekitError(
+            f"edgekit has no selective-build writer for backend {backend!r} (it has: {', '.join(SELECTIVE_BUILD)})"
+        )
     runtime, folder, writer = SELECTIVE_BUILD[backend]
     out = Path(out_dir) / folder
     tmp = out.with_name(out.name + ".partial")
@@ -801,21 +1009,27 @@ def _mflops(f):
 
 def text(r, max_fallback=40):
     g = r["graph"]
-    lines = [f"edgekit explain: {r.get('bundle', '?')} ({r['backend']}, {r.get('precision', '?')}) for {r['profile']}",
-             f"  graph: {g.get('note') or g['kind']}: {g['nodes']} nodes, {_mflops(g.get('flops'))}"]
+    lines = [
+        f"edgekit explain: {r.get('bundle', '?')} ({r['backend']}, {r.get('precision', '?')}) for {r['profile']}",
+        f"  graph: {g.get('note') or g['kind']}: {g['nodes']} nodes, {_mflops(g.get('flops'))}",
+    ]
     if r.get("note"):
         lines.append(f"  {r['note']}")
     for t in r.get("targets", []):
         s = t["summary"]
         lines.append("")
-        lines.append(f"  {t['accelerator']}" + (f" ({t['device']})" if t.get("device") else "") + f": {t['checked_with']}")
+        lines.append(
+            f"  {t['accelerator']}" + (f" ({t['device']})" if t.get("device") else "") + f": {t['checked_with']}"
+        )
         if t.get("source"):
             src = t["source"]
             lines.append(f"    source: {src.get('url')} ({src.get('version')}, read {src.get('read')})")
         parts = "?" if s["partitions"] is None else s["partitions"]
-        lines.append(f"    on the accelerator: {s['on_accelerator']}/{s['nodes']} nodes ({_pct(s['node_share'])}), "
-                     f"{_pct(s['flops_share'])} of FLOPs, {parts} partition(s); falls back: {s['fallback']}, "
-                     f"unknown: {s['unknown']}")
+        lines.append(
+            f"    on the accelerator: {s['on_accelerator']}/{s['nodes']} nodes ({_pct(s['node_share'])}), "
+            f"{_pct(s['flops_share'])} of FLOPs, {parts} partition(s); falls back: {s['fallback']}, "
+            f"unknown: {s['unknown']}"
+        )
         lines.append(f"    {'op type':<24} {'nodes':>6} {'on acc.':>8} {'unknown':>8}")
         for row in t["by_op"]:
             lines.append(f"    {row['op']:<24} {row['nodes']:>6} {row['on_accelerator']:>8} {row['unknown']:>8}")
@@ -852,8 +1066,10 @@ def summary_lines(section):
     for t in section["targets"]:
         s = t["summary"]
         parts = "?" if s["partitions"] is None else s["partitions"]
-        line = (f"  placement {t['accelerator']}: {s['on_accelerator']}/{s['nodes']} nodes ({_pct(s['node_share'])}), "
-                f"{_pct(s['flops_share'])} of FLOPs, {parts} partition(s)")
+        line = (
+            f"  placement {t['accelerator']}: {s['on_accelerator']}/{s['nodes']} nodes ({_pct(s['node_share'])}), "
+            f"{_pct(s['flops_share'])} of FLOPs, {parts} partition(s)"
+        )
         if s["unknown"]:
             line += f", {s['unknown']} unknown"
         out.append(line)

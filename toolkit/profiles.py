@@ -90,7 +90,9 @@ def load_file(path):
     validate(data, str(path))
     expected = path.stem
     if data["name"] != expected:
-        raise ProfileError(f"invalid device profile {path}: name = {data['name']!r} but the file is named {expected}.toml; make them match")
+        raise ProfileError(
+            f"invalid device profile {path}: name = {data['name']!r} but the file is named {expected}.toml; make them match"
+        )
     return Profile(data["name"], data, str(path))
 
 
@@ -141,13 +143,27 @@ def load_all(extra_dirs=()):
 # --- host detection -------------------------------------------------------------
 
 _X86_FLAGS = {
-    "sse4_2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c",
-    "avx512f": "avx512f", "avx512_vnni": "avx512_vnni", "avx_vnni": "avx_vnni",
-    "avx512_bf16": "avx512_bf16", "avx512_fp16": "avx512_fp16", "amx_tile": "amx",
+    "sse4_2": "sse4_2",
+    "avx": "avx",
+    "avx2": "avx2",
+    "fma": "fma",
+    "f16c": "f16c",
+    "avx512f": "avx512f",
+    "avx512_vnni": "avx512_vnni",
+    "avx_vnni": "avx_vnni",
+    "avx512_bf16": "avx512_bf16",
+    "avx512_fp16": "avx512_fp16",
+    "amx_tile": "amx",
 }
 _ARM_FLAGS = {
-    "asimd": "neon", "asimdhp": "fp16", "asimddp": "dotprod", "i8mm": "i8mm",
-    "bf16": "bf16", "sve": "sve", "sve2": "sve2", "sme": "sme",
+    "asimd": "neon",
+    "asimdhp": "fp16",
+    "asimddp": "dotprod",
+    "i8mm": "i8mm",
+    "bf16": "bf16",
+    "sve": "sve",
+    "sve2": "sve2",
+    "sme": "sme",
 }
 
 
@@ -216,13 +232,19 @@ def detect_host():
         # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend),
         # and fp16 builds run there in bf16, the fastest OpenVINO build of PP-OCR on such a CPU (measured).
         bf16 = bool({"avx512_bf16", "amx_bf16"} & set(isa))
-        extra["openvino"] = {"device": "CPU", "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
-                             "hint": "LATENCY"}
+        extra["openvino"] = {
+            "device": "CPU",
+            "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
+            "hint": "LATENCY",
+        }
     if importlib.util.find_spec("MNN") is not None:
         ranked.append("mnn")
         # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
-        extra["mnn"] = {"backend": "CPU", "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
-                        "precision_mode": "normal"}
+        extra["mnn"] = {
+            "backend": "CPU",
+            "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
+            "precision_mode": "normal",
+        }
     if importlib.util.find_spec("ai_edge_litert") is not None or importlib.util.find_spec("tflite_runtime") is not None:
         ranked.append("tflite")
         # XNNPACK: static int8 ~2x faster than fp32 on x86; dynamic-range int8 slower than fp32 (measured).

@@ -34,33 +34,44 @@ def build_text(r):
     ]
     lines += [f"    {f['name']:<28} {_kb(f['size']):>10}  sha256 {f['sha256'][:16]}..." for f in r["files"]]
     fid = r["fidelity"]
-    lines.append(f"  fidelity on {fid['data']['samples']} samples from {fid['data']['source']}: "
-                 f"{'PASSED' if fid['passed'] else 'DEGRADED (allowed)' if fid['degraded_allowed'] else 'FAILED'}")
+    lines.append(
+        f"  fidelity on {fid['data']['samples']} samples from {fid['data']['source']}: "
+        f"{'PASSED' if fid['passed'] else 'DEGRADED (allowed)' if fid['degraded_allowed'] else 'FAILED'}"
+    )
     for s in fid["steps"]:
         lines.append(f"    {s['step']}: {summary(s)}")
         lines += [f"      ! {f}" for f in s["failures"]]
     ops = r.get("ops", [])
-    lines.append(f"  operators ({sum(o['count'] for o in ops)} nodes, {len(ops)} types): "
-                 + ", ".join(f"{o['op']}x{o['count']}" for o in ops))
+    lines.append(
+        f"  operators ({sum(o['count'] for o in ops)} nodes, {len(ops)} types): "
+        + ", ".join(f"{o['op']}x{o['count']}" for o in ops)
+    )
     usability = r.get("mobile_usability") or {}
     for ep, u in usability.items():
         if "error" in u:
             lines.append(f"  {ep} check: {u['error']}")
         else:
             extra = f", unsupported: {', '.join(u['unsupported_ops'])}" if u["unsupported_ops"] else ""
-            lines.append(f"  {ep} check: {u['supported_nodes']}/{u['nodes']} nodes in {u['partitions']} partition(s), "
-                         f"suitability {u['suitability']}{extra}")
+            lines.append(
+                f"  {ep} check: {u['supported_nodes']}/{u['nodes']} nodes in {u['partitions']} partition(s), "
+                f"suitability {u['suitability']}{extra}"
+            )
     support = r.get("operator_support") or {}
     for device, info in support.items():
         if isinstance(info, dict):
             if info.get("checked") and "nodes" in info:
                 unsupported = info.get("unsupported_ops") or []
                 detail = f"{info['supported_nodes']}/{info['nodes']} nodes" + (
-                    f", unsupported: {', '.join(unsupported)}" if unsupported else "")
+                    f", unsupported: {', '.join(unsupported)}" if unsupported else ""
+                )
             else:
                 detail = None
-            detail = detail or info.get("summary") or info.get("status") or ", ".join(f"{k}: {v}" for k, v in info.items()
-                                                                            if not isinstance(v, (list, dict)))
+            detail = (
+                detail
+                or info.get("summary")
+                or info.get("status")
+                or ", ".join(f"{k}: {v}" for k, v in info.items() if not isinstance(v, (list, dict)))
+            )
             lines.append(f"  {device} operator support: {detail}")
         else:
             lines.append(f"  {device} operator support: {info}")
@@ -72,8 +83,10 @@ def build_text(r):
         lines.append(f"  minimal build: {req['file']} ({len(req['config'])} line(s)); {req['use']}")
     hl = r.get("host_latency")
     if hl:
-        lines.append(f"  on this machine: {hl['built_p50_ms']:.3f} ms p50 vs fp32 reference {hl['reference_p50_ms']:.3f} ms "
-                     f"({hl['speedup']:.2f}x, {hl['threads']} threads)")
+        lines.append(
+            f"  on this machine: {hl['built_p50_ms']:.3f} ms p50 vs fp32 reference {hl['reference_p50_ms']:.3f} ms "
+            f"({hl['speedup']:.2f}x, {hl['threads']} threads)"
+        )
     if r.get("pruning"):
         from .passes.prune import summary as pruning_summary
 
@@ -84,10 +97,12 @@ def build_text(r):
     mp = r.get("mixed_precision")
     if mp:
         final = mp["final"]
-        lines.append(f"  budget {mp['budget']}: {'met' if final['met'] else 'NOT met'} with "
-                     f"{len(mp['float_layer_names'])} of {mp['candidates']} layer(s) kept float "
-                     f"({', '.join(mp['float_layer_names']) or 'none'}); {mp['metric']} {_g(final['value'])} "
-                     f"(all-int8 {_g(mp['all_int8']['value'])}), {mp['evaluations']} evaluation(s)")
+        lines.append(
+            f"  budget {mp['budget']}: {'met' if final['met'] else 'NOT met'} with "
+            f"{len(mp['float_layer_names'])} of {mp['candidates']} layer(s) kept float "
+            f"({', '.join(mp['float_layer_names']) or 'none'}); {mp['metric']} {_g(final['value'])} "
+            f"(all-int8 {_g(mp['all_int8']['value'])}), {mp['evaluations']} evaluation(s)"
+        )
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     lines.append(f"  built in {r['build_seconds']:.2f} s{' (cache hit)' if r['cache']['hit'] else ''} -> {r['output']}")

@@ -30,8 +30,9 @@ def load(name):
     try:
         data = tomllib.loads(entry.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise EdgekitError(f"support table {name}.toml is missing from edgekit's device_profiles/support; "
-                           "reinstall edgekit") from None
+        raise EdgekitError(
+            f"support table {name}.toml is missing from edgekit's device_profiles/support; reinstall edgekit"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise EdgekitError(f"support table {name}.toml is not valid TOML ({e}); reinstall edgekit") from None
     for key in ("name", "kind", "source"):
@@ -65,19 +66,34 @@ def check_rules(table, node):
             i = rule["input"]
             shape = node["inputs"][i]["shape"] if _present(node, i) else None
             if shape is not None and len(shape) not in rule["equals"]:
-                failures.append({"reason": f"input {i} has rank {len(shape)}; {table['name']}: \"{rule['quote']}\"",
-                                 "fix": rule["fix"], "quote": rule["quote"]})
+                failures.append(
+                    {
+                        "reason": f'input {i} has rank {len(shape)}; {table["name"]}: "{rule["quote"]}"',
+                        "fix": rule["fix"],
+                        "quote": rule["quote"],
+                    }
+                )
         elif kind == "const_input":
             bad = [i for i in rule["inputs"] if _present(node, i) and not node["inputs"][i]["const"]]
             if bad:
                 names = ", ".join(node["inputs"][i]["name"] for i in bad)
-                failures.append({"reason": f"input(s) {names} are computed, not constant; {table['name']}: "
-                                           f"\"{rule['quote']}\"", "fix": rule["fix"], "quote": rule["quote"]})
+                failures.append(
+                    {
+                        "reason": f'input(s) {names} are computed, not constant; {table["name"]}: "{rule["quote"]}"',
+                        "fix": rule["fix"],
+                        "quote": rule["quote"],
+                    }
+                )
         elif kind == "attr_in":
             value = node["attrs"].get(rule["attr"], rule.get("default"))
             if value not in rule["allowed"]:
-                failures.append({"reason": f"attribute {rule['attr']}={value!r}; {table['name']}: \"{rule['quote']}\"",
-                                 "fix": rule["fix"], "quote": rule["quote"]})
+                failures.append(
+                    {
+                        "reason": f'attribute {rule["attr"]}={value!r}; {table["name"]}: "{rule["quote"]}"',
+                        "fix": rule["fix"],
+                        "quote": rule["quote"],
+                    }
+                )
     return failures
 
 
@@ -86,21 +102,33 @@ def check_op_list(table, node):
     spec = table.get("ops", {}).get(node["op"])
     if spec is None:
         status = table.get("unlisted", UNKNOWN)
-        return status, f"{node['op']}: {table.get('unlisted_reason', 'not in the table')}", \
-            f"replace {node['op']} with ops the {table['name']} lists, or keep it at the start or end of the graph " \
-            "so the rest stays one partition"
+        return (
+            status,
+            f"{node['op']}: {table.get('unlisted_reason', 'not in the table')}",
+            f"replace {node['op']} with ops the {table['name']} lists, or keep it at the start or end of the graph "
+            "so the rest stays one partition",
+        )
     version = node.get("version")
     allowed = spec.get("versions", table.get("default_versions"))
     if version is not None and allowed and int(version) not in allowed:
-        return NO, (f"{node['op']} version {version}; the {table['name']} runs versions "
-                    f"{', '.join(map(str, allowed))} (\"{table.get('versions_quote', '')}\")"), \
-            "build the float model (quantized op versions need the delegate's quantization support)"
+        return (
+            NO,
+            (
+                f"{node['op']} version {version}; the {table['name']} runs versions "
+                f'{", ".join(map(str, allowed))} ("{table.get("versions_quote", "")}")'
+            ),
+            "build the float model (quantized op versions need the delegate's quantization support)",
+        )
     dtypes = table.get("dtypes")
-    bad = [i["dtype"] for i in node["inputs"] if i.get("dtype") and dtypes and i["dtype"] not in dtypes
-           and not i["const"]]
+    bad = [
+        i["dtype"] for i in node["inputs"] if i.get("dtype") and dtypes and i["dtype"] not in dtypes and not i["const"]
+    ]
     if bad:
-        return NO, (f"{node['op']} takes {bad[0]} data; \"{table.get('dtype_quote', '')}\""), \
-            "use --precision fp32 or fp16 so activations are floating point"
+        return (
+            NO,
+            (f'{node["op"]} takes {bad[0]} data; "{table.get("dtype_quote", "")}"'),
+            "use --precision fp32 or fp16 so activations are floating point",
+        )
     return YES, spec.get("note", ""), ""
 
 
@@ -113,8 +141,9 @@ def check_backend_op(table, backend, op):
     if op in ops:
         return YES, ""
     if op in set(table.get("geometry", {}).get("ops", [])) and "Raster" in ops:
-        return YES, (f"MNN's geometry computer rewrites {op} into Raster and other ops at load; "
-                     f"{backend} registers Raster")
+        return YES, (
+            f"MNN's geometry computer rewrites {op} into Raster and other ops at load; {backend} registers Raster"
+        )
     if info.get("complete"):
         return NO, f"MNN's {backend} backend registers no execution for {op}; MNN runs it on the CPU"
     return UNKNOWN, f"{op} is not among the {backend} registrations read from MNN's sources (that list is partial)"

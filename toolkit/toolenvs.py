@@ -39,12 +39,12 @@ MARKER = "edgekit-toolenv.json"
 
 @dataclass(frozen=True)
 class ToolEnvSpec:
-    name: str            # "tflite", "paddlelite", "mindspore-lite"
-    pythons: tuple       # acceptable interpreter versions, best first, e.g. ("3.12", "3.13")
+    name: str  # "tflite", "paddlelite", "mindspore-lite"
+    pythons: tuple  # acceptable interpreter versions, best first, e.g. ("3.12", "3.13")
     requirements: tuple  # every package of the environment, pinned ("name==version"), dependencies included
-    check: str           # Python code run in the env after install; must exit 0
-    purpose: str         # one line for doctor and messages
-    env: tuple = ()      # extra environment variables for every run in this env: ((KEY, VALUE), ...)
+    check: str  # Python code run in the env after install; must exit 0
+    purpose: str  # one line for doctor and messages
+    env: tuple = ()  # extra environment variables for every run in this env: ((KEY, VALUE), ...)
 
     def digest(self):
         """Short hash of everything that shapes the environment (purpose excluded)."""
@@ -72,8 +72,12 @@ def _env_python(d: Path) -> Path:
 def _probe(exe):
     """``(real executable, "3.12.1")`` if ``exe`` runs, else None (pyenv shims of unselected versions fail)."""
     try:
-        r = subprocess.run([str(exe), "-I", "-c", "import sys; print(sys.executable); print('%d.%d.%d' % sys.version_info[:3])"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [str(exe), "-I", "-c", "import sys; print(sys.executable); print('%d.%d.%d' % sys.version_info[:3])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if r.returncode != 0:
@@ -114,7 +118,8 @@ def find_python(spec) -> str:
         f"the {spec.name} tool environment ({spec.purpose}) needs Python {want}, and none was found on PATH "
         f"(python{first}), under pyenv or uv. Install one: `pyenv install {first}`, `uv python install {first}`, "
         f"or your distribution's python{first} package (with its venv module), then run "
-        f"`edgekit backends install {spec.name}`")
+        f"`edgekit backends install {spec.name}`"
+    )
 
 
 # -- state ------------------------------------------------------------------------
@@ -144,12 +149,23 @@ def state(spec) -> dict:
     d = env_dir(spec)
     marker = _read_marker(d)
     py = _env_python(d)
-    info = {"name": spec.name, "ready": False, "path": str(d), "python": None, "python_version": None,
-            "requirements": list(spec.requirements), "detail": ""}
+    info = {
+        "name": spec.name,
+        "ready": False,
+        "path": str(d),
+        "python": None,
+        "python_version": None,
+        "requirements": list(spec.requirements),
+        "detail": "",
+    }
     if marker and marker.get("digest") == spec.digest() and py.exists():
-        info.update(ready=True, python=str(py), python_version=marker.get("python_version"),
-                    detail=f"ready: Python {marker.get('python_version')}, "
-                           f"{_summary(spec.requirements, marker.get('unpinned') or ())} in {d}")
+        info.update(
+            ready=True,
+            python=str(py),
+            python_version=marker.get("python_version"),
+            detail=f"ready: Python {marker.get('python_version')}, "
+            f"{_summary(spec.requirements, marker.get('unpinned') or ())} in {d}",
+        )
         return info
     try:
         base = find_python(spec)
@@ -162,8 +178,10 @@ def state(spec) -> dict:
     info["base_python"] = base
     others = [Path(x).name for x in glob.glob(str(root() / f"{spec.name}-*")) if Path(x).is_dir() and Path(x) != d]
     stale = f" (an environment for an older spec exists: {', '.join(others)})" if others else ""
-    info["detail"] = (f"not created yet: `edgekit backends install {spec.name}` or the first build creates it "
-                      f"(Python {info['python_version']} at {base}){stale}")
+    info["detail"] = (
+        f"not created yet: `edgekit backends install {spec.name}` or the first build creates it "
+        f"(Python {info['python_version']} at {base}){stale}"
+    )
     return info
 
 
@@ -202,8 +220,9 @@ class _Lock:
 
     def _tell_waiting(self):
         if self.waiting:
-            self.waiting(f"waiting for another edgekit creating {self.what or 'this tool environment'} "
-                         f"(lock {self.path})")
+            self.waiting(
+                f"waiting for another edgekit creating {self.what or 'this tool environment'} (lock {self.path})"
+            )
             self.waiting = None
 
     def __exit__(self, *exc):
@@ -243,8 +262,13 @@ def _norm(name):
 
 def installed(python):
     """``{normalized name: version}`` of what the environment of ``python`` holds (pip itself left out)."""
-    r = subprocess.run([str(python), "-I", "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [str(python), "-I", "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     if r.returncode != 0:
         return None
     out = {}
@@ -277,7 +301,7 @@ def _relocate(d: Path):
             data = f.read_bytes()
             m = where.match(data)
             if m and not data.startswith(b"#!" + str(d).encode() + b"/"):
-                f.write_bytes(b"#!" + str(d).encode() + m.group(1) + data[m.end():])
+                f.write_bytes(b"#!" + str(d).encode() + m.group(1) + data[m.end() :])
         except OSError:
             pass
 
@@ -294,36 +318,55 @@ def _adopt(spec, d: Path, log):
             continue
         marker = _read_marker(other)
         py = _env_python(other)
-        if not marker or not py.exists() or not any(_version_ok(marker.get("python_version", ""), v) for v in spec.pythons):
+        if (
+            not marker
+            or not py.exists()
+            or not any(_version_ok(marker.get("python_version", ""), v) for v in spec.pythons)
+        ):
             continue
         with _Lock(root() / f".{other.name}.lock"):
             have = installed(py)
             if have is None or {n: v for n, v in have.items() if n in pins} != pins or _unpinned(spec, have):
                 continue
-            r = subprocess.run([str(py), "-I", "-c", spec.check], capture_output=True, text=True,
-                               env=dict(os.environ, **dict(spec.env)))
+            r = subprocess.run(
+                [str(py), "-I", "-c", spec.check],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, **dict(spec.env)),
+            )
             if r.returncode != 0:
                 continue
-            marker.update(name=spec.name, digest=spec.digest(), spec=asdict(spec), adopted_from=other.name,
-                          adopted=time.strftime("%Y-%m-%dT%H:%M:%S"), unpinned=[])
+            marker.update(
+                name=spec.name,
+                digest=spec.digest(),
+                spec=asdict(spec),
+                adopted_from=other.name,
+                adopted=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                unpinned=[],
+            )
             (other / MARKER).write_text(json.dumps(marker, indent=2, default=list))
             if d.exists():  # a leftover without a valid marker
                 shutil.rmtree(d)
             os.rename(other, d)
             _relocate(d)
-        log(f"{spec.name} tool environment: {other.name} already holds exactly the new spec's {len(pins)} pinned "
-            f"packages; adopted it as {d.name} (nothing installed)")
+        log(
+            f"{spec.name} tool environment: {other.name} already holds exactly the new spec's {len(pins)} pinned "
+            f"packages; adopted it as {d.name} (nothing installed)"
+        )
         return True
     return False
 
 
-_PROGRESS = re.compile(r"^(Collecting|Downloading|Using cached|Installing collected|Successfully installed|Building wheel)")
+_PROGRESS = re.compile(
+    r"^(Collecting|Downloading|Using cached|Installing collected|Successfully installed|Building wheel)"
+)
 
 
 def _run_logged(cmd, log, tail, env=None):
     """Run ``cmd``, sending progress-like lines to ``log`` and keeping the last lines in ``tail``."""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          stdin=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL
+    ) as proc:
         for line in proc.stdout:
             line = line.rstrip()
             tail.append(line)
@@ -359,31 +402,55 @@ def ensure(spec, log=print) -> str:
         try:
             tail = deque(maxlen=25)
             if _run_logged([base, "-m", "venv", str(tmp)], None, tail) != 0:
-                raise BackendUnavailable(f"could not create a virtual environment with {base} (is its venv/ensurepip "
-                                         f"module installed?):\n  " + "\n  ".join(tail) + f"\nretry: {retry}")
+                raise BackendUnavailable(
+                    f"could not create a virtual environment with {base} (is its venv/ensurepip "
+                    f"module installed?):\n  " + "\n  ".join(tail) + f"\nretry: {retry}"
+                )
             tpy = str(_env_python(tmp))
             unpinned = []
             if spec.requirements:
-                cmd = [tpy, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--only-binary=:all:",
-                       *spec.requirements]
+                cmd = [
+                    tpy,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-input",
+                    "--disable-pip-version-check",
+                    "--only-binary=:all:",
+                    *spec.requirements,
+                ]
                 env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
                 if _run_logged(cmd, log, tail, env=env) != 0:
                     raise BackendUnavailable(
-                        f"installing the {spec.name} tool environment failed; pip said:\n  " + "\n  ".join(tail)
+                        f"installing the {spec.name} tool environment failed; pip said:\n  "
+                        + "\n  ".join(tail)
                         + f"\nnothing was kept. Retry with `{retry}` (pip command: "
-                        + " ".join(["python -m pip install --only-binary=:all:"] + [f"'{r}'" for r in spec.requirements])
-                        + ")")
+                        + " ".join(
+                            ["python -m pip install --only-binary=:all:"] + [f"'{r}'" for r in spec.requirements]
+                        )
+                        + ")"
+                    )
                 unpinned = _unpinned(spec, installed(tpy) or {})
             tail.clear()
-            r = subprocess.run([tpy, "-I", "-c", spec.check], capture_output=True, text=True,
-                               env=dict(os.environ, **dict(spec.env)))
+            r = subprocess.run(
+                [tpy, "-I", "-c", spec.check], capture_output=True, text=True, env=dict(os.environ, **dict(spec.env))
+            )
             if r.returncode != 0:
                 lines = (r.stderr or r.stdout).strip().splitlines()[-15:]
-                raise BackendUnavailable(f"the {spec.name} tool environment installed but its check failed "
-                                         f"({spec.check!r}):\n  " + "\n  ".join(lines) + f"\nnothing was kept; retry: {retry}")
-            marker = {"name": spec.name, "digest": spec.digest(), "spec": asdict(spec), "python_version": version,
-                      "base_python": base, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "install_seconds": round(time.monotonic() - t0, 1), "unpinned": unpinned}
+                raise BackendUnavailable(
+                    f"the {spec.name} tool environment installed but its check failed "
+                    f"({spec.check!r}):\n  " + "\n  ".join(lines) + f"\nnothing was kept; retry: {retry}"
+                )
+            marker = {
+                "name": spec.name,
+                "digest": spec.digest(),
+                "spec": asdict(spec),
+                "python_version": version,
+                "base_python": base,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "install_seconds": round(time.monotonic() - t0, 1),
+                "unpinned": unpinned,
+            }
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, default=list))
             if d.exists():  # a leftover without a valid marker
                 shutil.rmtree(d)
@@ -408,8 +475,14 @@ def remove(spec):
             with _Lock(root() / f".{p.name}.lock"):
                 shutil.rmtree(p, ignore_errors=True)
             removed.append(str(p))
-    names = {m.group(1) for m in (re.fullmatch(r"\.(" + re.escape(spec.name) + r"-[0-9a-f]{12})\.tmp-\d+", Path(x).name)
-                                  for x in glob.glob(str(root() / f".{spec.name}-*.tmp-*"))) if m}
+    names = {
+        m.group(1)
+        for m in (
+            re.fullmatch(r"\.(" + re.escape(spec.name) + r"-[0-9a-f]{12})\.tmp-\d+", Path(x).name)
+            for x in glob.glob(str(root() / f".{spec.name}-*.tmp-*"))
+        )
+        if m
+    }
     for name in sorted(names):
         with _Lock(root() / f".{name}.lock"):
             removed += _remove_stale_tmp(name)
@@ -435,9 +508,17 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
     out_path = workdir / f"{Path(script).stem}.stdout.log"
     tail = deque(maxlen=30)
     with open(out_path, "w") as out:
-        proc = subprocess.Popen([py, "-I", str(script), str(req), str(res)], cwd=str(workdir), env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
+        proc = subprocess.Popen(
+            [py, "-I", str(script), str(req), str(res)],
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
 
         def pump():
             for line in proc.stderr:
@@ -452,8 +533,10 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _killpg(proc, t)
-            raise ConversionError(f"{spec.name}: step {step!r} did not finish within {timeout} s and was stopped; "
-                                  f"last output:\n  " + "\n  ".join(list(tail)[-10:])) from None
+            raise ConversionError(
+                f"{spec.name}: step {step!r} did not finish within {timeout} s and was stopped; "
+                f"last output:\n  " + "\n  ".join(list(tail)[-10:])
+            ) from None
         except BaseException:  # Ctrl-C, SIGTERM turned into an exception, ...: the tool (its own session) stops too
             _killpg(proc, t)
             raise
@@ -470,12 +553,15 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
         return "\n  ".join(lines[-20:])
 
     if rc != 0:
-        raise ConversionError(f"{spec.name}: step {step!r} failed (exit {rc}); the tool said:\n  {_last()}\n"
-                              f"(full output in {workdir})")
+        raise ConversionError(
+            f"{spec.name}: step {step!r} failed (exit {rc}); the tool said:\n  {_last()}\n(full output in {workdir})"
+        )
     try:
         return json.loads(res.read_text())
     except (OSError, ValueError) as e:
-        raise ConversionError(f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}") from None
+        raise ConversionError(
+            f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}"
+        ) from None
 
 
 def _killpg(proc, reader):
@@ -500,8 +586,15 @@ def backends():
         except Exception as e:  # report, don't crash: the listing must always answer
             ok, detail = False, f"availability check failed: {e}"
         spec = getattr(be, "toolenv", None)
-        rows.append({"name": name, "ok": ok, "detail": detail if ok else be.explain_unavailable(detail),
-                     "precisions": list(be.precisions), "toolenv": state(spec) if spec else None})
+        rows.append(
+            {
+                "name": name,
+                "ok": ok,
+                "detail": detail if ok else be.explain_unavailable(detail),
+                "precisions": list(be.precisions),
+                "toolenv": state(spec) if spec else None,
+            }
+        )
     return rows
 
 
@@ -510,8 +603,10 @@ def _backend_spec(name):
 
     be = converters.get(name)
     if getattr(be, "toolenv", None) is None:
-        raise BackendUnavailable(f"backend {name!r} has no tool environment: its runtime lives in this Python "
-                                 f"({be.install_hint or 'see edgekit doctor'})")
+        raise BackendUnavailable(
+            f"backend {name!r} has no tool environment: its runtime lives in this Python "
+            f"({be.install_hint or 'see edgekit doctor'})"
+        )
     return be.toolenv
 
 
@@ -526,4 +621,16 @@ def remove_backend(name):
     return remove(_backend_spec(name))
 
 
-__all__ = ["ToolEnvSpec", "root", "find_python", "state", "ensure", "run_tool", "remove", "env_dir", "backends", "install_backend", "remove_backend"]
+__all__ = [
+    "ToolEnvSpec",
+    "root",
+    "find_python",
+    "state",
+    "ensure",
+    "run_tool",
+    "remove",
+    "env_dir",
+    "backends",
+    "install_backend",
+    "remove_backend",
+]

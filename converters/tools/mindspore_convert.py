@@ -37,10 +37,16 @@ def rewrite_hardsigmoid(model):
         bounds = (("lo", 0.0), ("hi", 1.0)) if opset >= 11 else ()
         for name, v in (("alpha", alpha), ("beta", beta)) + bounds:
             g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), p + name))
-        clip = (helper.make_node("Clip", [p + "add", p + "lo", p + "hi"], [n.output[0]]) if opset >= 11 else
-                helper.make_node("Clip", [p + "add"], [n.output[0]], min=0.0, max=1.0))  # opset 6-10: attributes
-        nodes += [helper.make_node("Mul", [n.input[0], p + "alpha"], [p + "mul"]),
-                  helper.make_node("Add", [p + "mul", p + "beta"], [p + "add"]), clip]
+        clip = (
+            helper.make_node("Clip", [p + "add", p + "lo", p + "hi"], [n.output[0]])
+            if opset >= 11
+            else helper.make_node("Clip", [p + "add"], [n.output[0]], min=0.0, max=1.0)
+        )  # opset 6-10: attributes
+        nodes += [
+            helper.make_node("Mul", [n.input[0], p + "alpha"], [p + "mul"]),
+            helper.make_node("Add", [p + "mul", p + "beta"], [p + "add"]),
+            clip,
+        ]
         count += 1
     del g.node[:]
     g.node.extend(nodes)
@@ -50,8 +56,8 @@ def rewrite_hardsigmoid(model):
 def main(req_path, res_path):
     with open(req_path) as f:
         req = json.load(f)
-    import onnx
     import mindspore_lite as mslite
+    import onnx
 
     src = req["onnx"]
     model = onnx.load(src)

@@ -113,8 +113,16 @@ def main(req_path, res_path):
 
     from paddlelite.lite import Opt
 
-    result = {"inputs": dict((n, "x2paddle_" + names[n]) for n in inputs), "outputs": outputs, "nb": {}, "ops": {},
-              "kernels": {}, "tailoring": {}, "renamed": renamed, "seconds": {"x2paddle": round(x2paddle_s, 2)}}
+    result = {
+        "inputs": dict((n, "x2paddle_" + names[n]) for n in inputs),
+        "outputs": outputs,
+        "nb": {},
+        "ops": {},
+        "kernels": {},
+        "tailoring": {},
+        "renamed": renamed,
+        "seconds": {"x2paddle": round(x2paddle_s, 2)},
+    }
     for target in req["targets"]:
         t0 = time.time()
         sys.stderr.write("opt: Paddle inference model -> .nb for %s\n" % target)
@@ -148,12 +156,17 @@ def main(req_path, res_path):
     def version(pkg):
         try:
             from importlib import metadata
+
             return metadata.version(pkg)
         except Exception:
             return "unknown"
 
-    result["versions"] = {"x2paddle": x2paddle.__version__, "paddlepaddle": paddle.__version__,
-                          "paddlelite": version("paddlelite"), "onnx": onnx.__version__}
+    result["versions"] = {
+        "x2paddle": x2paddle.__version__,
+        "paddlepaddle": paddle.__version__,
+        "paddlelite": version("paddlelite"),
+        "onnx": onnx.__version__,
+    }
     with open(res_path, "w") as f:
         json.dump(result, f, indent=2)
 

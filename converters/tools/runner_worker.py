@@ -23,6 +23,7 @@ def main():
     sys.stdout = sys.stderr
     sys.path.insert(0, sys.argv[1])
     import numpy as np
+
     from edgekit_agent import runners
 
     stdin = sys.stdin.buffer

@@ -105,8 +105,10 @@ def match_io(tfl_path, onnx_path, req, probe):
             raise SystemExit("the converted model has no tensor for input %r" % spec["name"])
         perms = input_perms(list(probe[spec["name"]].shape), [int(x) for x in d["shape"]])
         if not perms:
-            raise SystemExit("input %r: the converted model wants shape %s, the ONNX model %s (no layout change "
-                             "explains it)" % (spec["name"], list(d["shape"]), list(probe[spec["name"]].shape)))
+            raise SystemExit(
+                "input %r: the converted model wants shape %s, the ONNX model %s (no layout change "
+                "explains it)" % (spec["name"], list(d["shape"]), list(probe[spec["name"]].shape))
+            )
         ins.append((spec["name"], d, perms))
     outs = []
     for k, spec in enumerate(req["outputs"]):
@@ -142,11 +144,25 @@ def match_io(tfl_path, onnx_path, req, probe):
         raise SystemExit("an output of the converted model has a shape no layout change maps to the ONNX output")
     identity = lambda p: p is None or list(p) == list(range(len(p)))  # noqa: E731
     return {
-        "inputs": [{"name": name, "tensor": d["name"], "perm": None if identity(p) else list(p),
-                    "shape": [int(x) for x in d["shape"]]} for (name, d, _), p in zip(ins, combo)],
-        "outputs": [{"name": name, "tensor": d["name"], "perm": None if identity(p) else list(p),
-                     "shape": [int(x) for x in d["shape"]], "probe_max_abs_err": err}
-                    for name, d, p, err in chosen],
+        "inputs": [
+            {
+                "name": name,
+                "tensor": d["name"],
+                "perm": None if identity(p) else list(p),
+                "shape": [int(x) for x in d["shape"]],
+            }
+            for (name, d, _), p in zip(ins, combo)
+        ],
+        "outputs": [
+            {
+                "name": name,
+                "tensor": d["name"],
+                "perm": None if identity(p) else list(p),
+                "shape": [int(x) for x in d["shape"]],
+                "probe_max_abs_err": err,
+            }
+            for name, d, p, err in chosen
+        ],
         "measured_on": "one structured sample: ONNX Runtime (reference) vs LiteRT (float32 file)",
     }
 
@@ -158,7 +174,9 @@ def tflite_ops(path):
     with open(path, "rb") as f:
         buf = f.read()
     model = schema.Model.GetRootAsModel(buf, 0)
-    names = dict((v, k) for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int))
+    names = dict(
+        (v, k) for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)
+    )
     codes = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
@@ -177,8 +195,10 @@ def tflite_ops(path):
 
 
 WEIGHTED_TFL = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D", "BATCH_MATMUL")
-WEIGHT_SUFFIX = re.compile(r"^(.*?)(?:_group\d+)?_(?:transpose_conv_filter|conv_filter|depthwise_filter|fc_weights|"
-                           r"matmul_weights?|weights?|kernel|filter)(?:_q|_f32)?$")
+WEIGHT_SUFFIX = re.compile(
+    r"^(.*?)(?:_group\d+)?_(?:transpose_conv_filter|conv_filter|depthwise_filter|fc_weights|"
+    r"matmul_weights?|weights?|kernel|filter)(?:_q|_f32)?$"
+)
 
 
 def name_nodes(model):
@@ -207,8 +227,14 @@ def weighted_ops(path):
                 continue
             inputs = [tfu.get_tensor_name(sg.tensors[i]) for i in op.inputs if i >= 0]
             m = WEIGHT_SUFFIX.match(inputs[1]) if len(inputs) > 1 else None
-            out.append({"op": name, "scope": tfu.get_op_scope(op, sg.tensors), "node": m.group(1) if m else None,
-                        "outputs": [tfu.get_tensor_name(sg.tensors[i]) for i in op.outputs if i >= 0]})
+            out.append(
+                {
+                    "op": name,
+                    "scope": tfu.get_op_scope(op, sg.tensors),
+                    "node": m.group(1) if m else None,
+                    "outputs": [tfu.get_tensor_name(sg.tensors[i]) for i in op.outputs if i >= 0],
+                }
+            )
     return out
 
 
@@ -220,8 +246,10 @@ def float_region(path, scopes):
 
     model = tfu.read_model(path)
     sg = model.subgraphs[0]
-    kinds = [str(tfu.TFL_OP_CODE_TO_NAME.get(model.operatorCodes[op.opcodeIndex].builtinCode, "")).split(".")[-1]
-             for op in sg.operators]
+    kinds = [
+        str(tfu.TFL_OP_CODE_TO_NAME.get(model.operatorCodes[op.opcodeIndex].builtinCode, "")).split(".")[-1]
+        for op in sg.operators
+    ]
     op_scopes = [tfu.get_op_scope(op, sg.tensors) for op in sg.operators]
     producer, consumers = {}, {}
     for k, op in enumerate(sg.operators):
@@ -276,18 +304,22 @@ def _load_calibration(path):
 
 
 def quantize(fp32, precision, io, req, out_path):
-    from ai_edge_quantizer import quantizer, recipe, qtyping
+    from ai_edge_quantizer import qtyping, quantizer, recipe
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
     q = quantizer.Quantizer(fp32)
     info = {"tool": "ai-edge-quantizer"}
     if precision == "fp16":
         q.update_quantization_recipe(
-            regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+            regex=".*",
+            operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
             op_config=qtyping.OpQuantizationConfig(
                 weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=16, dtype=qtyping.TensorDataType.FLOAT),
-                compute_precision=qtyping.ComputePrecision.FLOAT, explicit_dequantize=True),
-            algorithm_key=AlgorithmName.FLOAT_CASTING)
+                compute_precision=qtyping.ComputePrecision.FLOAT,
+                explicit_dequantize=True,
+            ),
+            algorithm_key=AlgorithmName.FLOAT_CASTING,
+        )
         info.update(method="fp16 weights (float casting, dequantized at load)", activations="fp32")
         result = q.quantize()
     elif precision == "int8-dynamic":
@@ -301,18 +333,26 @@ def quantize(fp32, precision, io, req, out_path):
         q.load_quantization_recipe(recipe.static_wi8_ai8())
         floats = float_region(fp32, req["float_scopes"]) if req.get("float_scopes") else []
         for scope in floats:  # the latest matching recipe entry wins: these ops stay float
-            q.update_quantization_recipe(regex="^%s$" % re.escape(scope),
-                                         operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
-                                         algorithm_key=AlgorithmName.NO_QUANTIZE)
+            q.update_quantization_recipe(
+                regex="^%s$" % re.escape(scope),
+                operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+                algorithm_key=AlgorithmName.NO_QUANTIZE,
+            )
         cache = req.get("calibration_cache")
         if cache and os.path.isfile(cache):
             t0 = time.time()
             cal = _load_calibration(cache)
             n = len(np.load(req["calib"])[io["inputs"][0]["name"]])
             result = q.quantize(cal)
-            info.update(method="static (full int8: weights and activations)", weights="int8 per-channel, symmetric",
-                        activations="int8 per-tensor (min/max)", calibration_samples=n,
-                        calibration_seconds=0.0, calibration="reused", float_ops=floats)
+            info.update(
+                method="static (full int8: weights and activations)",
+                weights="int8 per-channel, symmetric",
+                activations="int8 per-tensor (min/max)",
+                calibration_samples=n,
+                calibration_seconds=0.0,
+                calibration="reused",
+                float_ops=floats,
+            )
             result.export_model(out_path, overwrite=True)
             return info
         if floats:  # calibrate with every op quantized, so the ranges serve every float set
@@ -328,22 +368,36 @@ def quantize(fp32, precision, io, req, out_path):
         sig_inputs = sigs[sig]["inputs"]
         data = np.load(req["calib"])
         n = min(len(data[s["name"]]) for s in io["inputs"])
-        names = dict((s["name"], s["name"] if s["name"] in sig_inputs else sig_inputs[k])
-                     for k, s in enumerate(io["inputs"]))
+        names = dict(
+            (s["name"], s["name"] if s["name"] in sig_inputs else sig_inputs[k]) for k, s in enumerate(io["inputs"])
+        )
         samples = []
         for i in range(n):
-            samples.append(dict((names[s["name"]], np.ascontiguousarray(
-                np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
-            ).astype(np.float32)) for s in io["inputs"]))
+            samples.append(
+                dict(
+                    (
+                        names[s["name"]],
+                        np.ascontiguousarray(
+                            np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
+                        ).astype(np.float32),
+                    )
+                    for s in io["inputs"]
+                )
+            )
         t0 = time.time()
         log("  calibrating int8 on %d samples (ai-edge-quantizer, min/max)" % n)
         cal = qfull.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))
         if cache:
             _save_calibration(cal, cache)
         result = q.quantize(cal)
-        info.update(method="static (full int8: weights and activations)", weights="int8 per-channel, symmetric",
-                    activations="int8 per-tensor (min/max)", calibration_samples=n,
-                    calibration_seconds=round(time.time() - t0, 2), float_ops=floats)
+        info.update(
+            method="static (full int8: weights and activations)",
+            weights="int8 per-channel, symmetric",
+            activations="int8 per-tensor (min/max)",
+            calibration_samples=n,
+            calibration_seconds=round(time.time() - t0, 2),
+            float_ops=floats,
+        )
     else:
         raise SystemExit("unknown precision %r" % precision)
     result.export_model(out_path, overwrite=True)
@@ -401,8 +455,12 @@ def main(req_path, res_path):
 
     out_dir = os.path.join(work, "onnx2tf")
     with contextlib.redirect_stderr(sys.stdout):  # progress bars go to the tool's stdout log, not edgekit's
-        onnx2tf.convert(input_onnx_file_path=sim_path, output_folder_path=out_dir,
-                        copy_onnx_input_output_names_to_tflite=True, non_verbose=True)
+        onnx2tf.convert(
+            input_onnx_file_path=sim_path,
+            output_folder_path=out_dir,
+            copy_onnx_input_output_names_to_tflite=True,
+            non_verbose=True,
+        )
     produced = os.path.join(out_dir, "simplified_float32.tflite")
     if not os.path.isfile(produced):
         raise SystemExit("onnx2tf wrote no float32 .tflite (found: %s)" % ", ".join(sorted(os.listdir(out_dir))))
@@ -427,9 +485,18 @@ def main(req_path, res_path):
 
 def write_result(res_path, fp32, model_path, io, quant, warnings, steps):
     """The JSON result edgekit reads back (written whole, then renamed into place)."""
-    result = {"fp32": fp32, "model": model_path, "io": io, "ops": tflite_ops(model_path),
-              "fp32_ops": tflite_ops(fp32), "quantization": quant, "versions": versions(),
-              "warnings": warnings, "steps": steps, "weighted_ops": weighted_ops(fp32)}
+    result = {
+        "fp32": fp32,
+        "model": model_path,
+        "io": io,
+        "ops": tflite_ops(model_path),
+        "fp32_ops": tflite_ops(fp32),
+        "quantization": quant,
+        "versions": versions(),
+        "warnings": warnings,
+        "steps": steps,
+        "weighted_ops": weighted_ops(fp32),
+    }
     with open(res_path + ".tmp", "w") as f:
         json.dump(result, f, indent=2)
     os.replace(res_path + ".tmp", res_path)

@@ -11,8 +11,14 @@ import threading
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
-RUNNER_MODULES = {"ort": "ort", "openvino": "openvino", "mnn": "mnn", "tflite": "tflite", "paddlelite": "paddlelite",
-                  "mindspore-lite": "mindspore_lite"}
+RUNNER_MODULES = {
+    "ort": "ort",
+    "openvino": "openvino",
+    "mnn": "mnn",
+    "tflite": "tflite",
+    "paddlelite": "paddlelite",
+    "mindspore-lite": "mindspore_lite",
+}
 _RUNNERS = {}
 _LOCK = threading.Lock()
 
@@ -38,7 +44,9 @@ def get(backend):
     try:
         return runners[backend]
     except KeyError:
-        raise RunnerError("this agent has no runner for backend %r (it has: %s)" % (backend, ", ".join(sorted(runners))))
+        raise RunnerError(
+            "this agent has no runner for backend %r (it has: %s)" % (backend, ", ".join(sorted(runners)))
+        )
 
 
 def runtimes():

@@ -13,12 +13,13 @@ class RuntimeMissing(RunnerError):
 
 class RunnerFault(RunnerError):
     """The runtime failed on the device (not the request's fault): answered as 500."""
+
     status = 500
 
 
 class Runner(object):
     backend = None
-    runtime = None          # the import / pip name of the runtime
+    runtime = None  # the import / pip name of the runtime
     install_hint = ""
 
     def __init__(self, bundle_dir, manifest, threads=None, providers=None):

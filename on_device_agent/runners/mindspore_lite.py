@@ -28,7 +28,9 @@ class MindSporeLiteRunner(Runner):
         try:
             import mindspore_lite
         except ImportError as e:
-            raise RuntimeMissing("mindspore_lite is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+            raise RuntimeMissing(
+                "mindspore_lite is not installed for this device's Python (%s): %s" % (e, self.install_hint)
+            )
         return mindspore_lite
 
     def load(self):
@@ -55,7 +57,9 @@ class MindSporeLiteRunner(Runner):
         for k, spec in enumerate(self.manifest["inputs"]):
             t = by_name.get(spec["name"]) or (self.inputs[k] if k < len(self.inputs) else None)
             if t is None:
-                raise RunnerFault("the .ms model has inputs %s; no match for %r" % ([x.name for x in self.inputs], spec["name"]))
+                raise RunnerFault(
+                    "the .ms model has inputs %s; no match for %r" % ([x.name for x in self.inputs], spec["name"])
+                )
             self.feed_plan.append((spec["name"], t, layouts.get(spec["name"]) == "NHWC"))
         self.output_names = [o["name"] for o in self.manifest.get("outputs") or []]
         self.version = self.runtime_version()
@@ -71,8 +75,11 @@ class MindSporeLiteRunner(Runner):
         outs = self.model.predict(self.inputs)
         result = {}
         for k, o in enumerate(outs):
-            name = o.name if o.name in self.output_names or not self.output_names else (
-                self.output_names[k] if k < len(self.output_names) else o.name)
+            name = (
+                o.name
+                if o.name in self.output_names or not self.output_names
+                else (self.output_names[k] if k < len(self.output_names) else o.name)
+            )
             result[name] = np.array(o.get_data_to_numpy(), copy=True)
         return result
 

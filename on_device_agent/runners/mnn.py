@@ -25,12 +25,11 @@ import sys
 import tempfile
 import threading
 
-from .base import Runner, RunnerError, RuntimeMissing, RunnerFault
+from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
 # MNNForwardType values (MNN/MNNForwardType.h). 13 is MNN_FORWARD_CPU_EXTENSION: the CPU backend
 # with x86 SIMD kernels, which is what a CPU session reports on x86.
-FORWARD_TYPES = {0: "CPU", 1: "METAL", 2: "CUDA", 3: "OPENCL", 4: "AUTO", 5: "NN", 6: "OPENGL", 7: "VULKAN",
-                 13: "CPU"}
+FORWARD_TYPES = {0: "CPU", 1: "METAL", 2: "CUDA", 3: "OPENCL", 4: "AUTO", 5: "NN", 6: "OPENGL", 7: "VULKAN", 13: "CPU"}
 BACKENDS = ("CPU", "VULKAN", "OPENCL", "METAL", "CUDA", "NN", "OPENGL")
 MODES = ("normal", "high", "low")
 BACKENDS_INFO = 2  # Interpreter::SessionInfoCode::BACKENDS
@@ -134,8 +133,13 @@ def cpu_features():
 def _np_dtype(MNN, halide_type):
     import numpy as np
 
-    table = [("Halide_Type_Float", np.float32), ("Halide_Type_Int", np.int32), ("Halide_Type_Int64", np.int64),
-             ("Halide_Type_Uint8", np.uint8), ("Halide_Type_Double", np.float64)]
+    table = [
+        ("Halide_Type_Float", np.float32),
+        ("Halide_Type_Int", np.int32),
+        ("Halide_Type_Int64", np.int64),
+        ("Halide_Type_Uint8", np.uint8),
+        ("Halide_Type_Double", np.float64),
+    ]
     for attr, dtype in table:
         if hasattr(MNN, attr) and halide_type == getattr(MNN, attr):
             return getattr(MNN, attr), dtype
@@ -145,8 +149,17 @@ def _np_dtype(MNN, halide_type):
 class MNNModel(object):
     """One .mnn file loaded in one MNN session (the agent's runner and the host's fidelity checks share it)."""
 
-    def __init__(self, path, backend="CPU", threads=1, precision="normal", power="normal", memory="normal",
-                 input_shapes=None, output_names=None):
+    def __init__(
+        self,
+        path,
+        backend="CPU",
+        threads=1,
+        precision="normal",
+        power="normal",
+        memory="normal",
+        input_shapes=None,
+        output_names=None,
+    ):
         self.path = path
         self.backend = backend
         self.threads = int(threads or 1)
@@ -157,8 +170,13 @@ class MNNModel(object):
         self.fallbacks = []
 
     def config(self):
-        return {"backend": self.backend, "numThread": self.threads, "precision": self.precision,
-                "power": self.power, "memory": self.memory}
+        return {
+            "backend": self.backend,
+            "numThread": self.threads,
+            "precision": self.precision,
+            "power": self.power,
+            "memory": self.memory,
+        }
 
     def load(self):
         MNN = import_mnn()
@@ -260,8 +278,9 @@ class MNNModel(object):
 class MNNRunner(Runner):
     backend = "mnn"
     runtime = "MNN"
-    install_hint = ("pip install MNN (the PyPI wheel has the CPU backend only; GPU/NPU backends need an MNN "
-                    "built with them)")
+    install_hint = (
+        "pip install MNN (the PyPI wheel has the CPU backend only; GPU/NPU backends need an MNN built with them)"
+    )
 
     @classmethod
     def runtime_version(cls):
@@ -299,8 +318,16 @@ class MNNRunner(Runner):
         shapes = dict((s["name"], s["shape"]) for s in self.manifest.get("inputs", []))
         outputs = [s["name"] for s in self.manifest.get("outputs", [])]
         t0 = time.perf_counter()
-        self.model = MNNModel(self.model_path(), self.requested_backend, self.threads, self.modes["precision_mode"],
-                              self.modes["power_mode"], self.modes["memory_mode"], shapes, outputs).load()
+        self.model = MNNModel(
+            self.model_path(),
+            self.requested_backend,
+            self.threads,
+            self.modes["precision_mode"],
+            self.modes["power_mode"],
+            self.modes["memory_mode"],
+            shapes,
+            outputs,
+        ).load()
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.output_names = self.model.output_names
 
@@ -311,18 +338,24 @@ class MNNRunner(Runner):
         active = self.model.active
         warnings = []
         if active != self.requested_backend:
-            said = ["MNN printed \"Can't Find type=%s backend\"" % n for n, _ in self.model.fallbacks]
-            warnings.append("%s was requested but this MNN build does not have it%s; it ran on %s"
-                            % (self.requested_backend, " (%s)" % "; ".join(said) if said else "", active))
+            said = ['MNN printed "Can\'t Find type=%s backend"' % n for n, _ in self.model.fallbacks]
+            warnings.append(
+                "%s was requested but this MNN build does not have it%s; it ran on %s"
+                % (self.requested_backend, " (%s)" % "; ".join(said) if said else "", active)
+            )
         features = cpu_features()
         precision = self.manifest.get("precision")
         if active == "CPU" and features is not None:
             if precision == "int8" and not (features.get("i8sdot") or features.get("i8mm")):
-                warnings.append("this CPU has neither the Arm dot-product (sdot) nor i8mm instructions MNN's int8 "
-                                "kernels are made for (MNN reports i8sdot:0, i8mm:0): int8 runs slower than fp32 here")
+                warnings.append(
+                    "this CPU has neither the Arm dot-product (sdot) nor i8mm instructions MNN's int8 "
+                    "kernels are made for (MNN reports i8sdot:0, i8mm:0): int8 runs slower than fp32 here"
+                )
             if self.modes["precision_mode"] == "low" and not features.get("fp16"):
-                warnings.append("precision_mode low asks for fp16 arithmetic, which this CPU lacks (MNN reports "
-                                "fp16:0): MNN computes in fp32 here")
+                warnings.append(
+                    "precision_mode low asks for fp16 arithmetic, which this CPU lacks (MNN reports "
+                    "fp16:0): MNN computes in fp32 here"
+                )
         return {
             "runtime": "mnn",
             "runtime_version": self.version,

@@ -168,8 +168,10 @@ class OpenVINORunner(Runner):
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
         if self.precision:
             if supported is not None and "INFERENCE_PRECISION_HINT" not in supported:
-                self._warn_once("%s takes no inference precision hint: %s was asked for, it runs in its own precision"
-                                % (device, self.precision))
+                self._warn_once(
+                    "%s takes no inference precision hint: %s was asked for, it runs in its own precision"
+                    % (device, self.precision)
+                )
             else:
                 config["INFERENCE_PRECISION_HINT"] = self.precision
         if cache:
@@ -195,8 +197,10 @@ class OpenVINORunner(Runner):
         skipped = []
         for device in order:
             if not _present(device, available):
-                skipped.append("%s was requested but this machine's OpenVINO finds no %s device (it has: %s)"
-                               % (device, device, ", ".join(available) or "none"))
+                skipped.append(
+                    "%s was requested but this machine's OpenVINO finds no %s device (it has: %s)"
+                    % (device, device, ", ".join(available) or "none")
+                )
                 continue
             try:
                 self.compiled = core.compile_model(self.model_path(), device, self._config(core, device, cache))
@@ -207,8 +211,10 @@ class OpenVINORunner(Runner):
             break
         older = self._older_runtime()
         if self.compiled is None:
-            raise RunnerFault("OpenVINO %s could not load the model on any of %s: %s%s"
-                              % (self.version, ", ".join(order), "; ".join(skipped), "; " + older if older else ""))
+            raise RunnerFault(
+                "OpenVINO %s could not load the model on any of %s: %s%s"
+                % (self.version, ", ".join(order), "; ".join(skipped), "; " + older if older else "")
+            )
         if older:
             self.warnings.append(older)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
@@ -228,8 +234,10 @@ class OpenVINORunner(Runner):
         self.active = self._execution_devices()
         self.inference_precision = self._property("INFERENCE_PRECISION_HINT", _precision_name)
         if self.precision and self.inference_precision and self.inference_precision != self.precision:
-            self.warnings.append("%s execution was asked for; %s runs this model in %s"
-                                 % (self.precision, self.device, self.inference_precision))
+            self.warnings.append(
+                "%s execution was asked for; %s runs this model in %s"
+                % (self.precision, self.device, self.inference_precision)
+            )
 
     def _older_runtime(self):
         """A note when this device's OpenVINO is older than the one the bundle was built with."""
@@ -242,8 +250,10 @@ class OpenVINORunner(Runner):
                 return None
 
         if key(built) and key(self.version) and key(self.version) < key(built):
-            return ("the bundle was built with OpenVINO %s and this device has %s: IRs and quantized models from a "
-                    "newer OpenVINO may not load or may run differently on an older one" % (built, self.version))
+            return (
+                "the bundle was built with OpenVINO %s and this device has %s: IRs and quantized models from a "
+                "newer OpenVINO may not load or may run differently on an older one" % (built, self.version)
+            )
         return None
 
     def _property(self, key, convert=lambda v: v):
@@ -286,8 +296,9 @@ class OpenVINORunner(Runner):
 
     def placement(self, feeds):
         """Run once with OpenVINO's per-node profiling: ``{device: nodes executed}``."""
-        compiled = self.core.compile_model(self.model_path(), self.device, self._config(self.core, self.device,
-                                                                                         perf_count=True))
+        compiled = self.core.compile_model(
+            self.model_path(), self.device, self._config(self.core, self.device, perf_count=True)
+        )
         request = compiled.create_infer_request()
         request.infer(feeds)
         executed = 0

@@ -26,7 +26,9 @@ class OrtRunner(Runner):
         try:
             import onnxruntime
         except ImportError as e:
-            raise RuntimeMissing("onnxruntime is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+            raise RuntimeMissing(
+                "onnxruntime is not installed for this device's Python (%s): %s" % (e, self.install_hint)
+            )
         return onnxruntime
 
     def _session_options(self, ort, profile_prefix=None):
@@ -54,8 +56,9 @@ class OrtRunner(Runner):
         ort = self._ort()
         self.providers = self._providers(ort)
         t0 = time.perf_counter()
-        self.session = ort.InferenceSession(self.model_path(), sess_options=self._session_options(ort),
-                                            providers=self.providers)
+        self.session = ort.InferenceSession(
+            self.model_path(), sess_options=self._session_options(ort), providers=self.providers
+        )
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.version = ort.__version__
@@ -75,8 +78,10 @@ class OrtRunner(Runner):
             "warnings": [],
         }
         for p in self.fallback:
-            info["warnings"].append("%s was requested but this onnxruntime build does not have it; it fell back to %s"
-                                    % (p, ", ".join(active)))
+            info["warnings"].append(
+                "%s was requested but this onnxruntime build does not have it; it fell back to %s"
+                % (p, ", ".join(active))
+            )
         return info
 
     def placement(self, feeds):
@@ -84,8 +89,11 @@ class OrtRunner(Runner):
         ort = self._ort()
         tmp = tempfile.mkdtemp(prefix="edgekit-prof-")
         try:
-            sess = ort.InferenceSession(self.model_path(), sess_options=self._session_options(ort, os.path.join(tmp, "p")),
-                                        providers=self.providers)
+            sess = ort.InferenceSession(
+                self.model_path(),
+                sess_options=self._session_options(ort, os.path.join(tmp, "p")),
+                providers=self.providers,
+            )
             sess.run(None, feeds)
             path = sess.end_profiling()
             with open(path) as f:
@@ -103,4 +111,6 @@ class OrtRunner(Runner):
         for provider in nodes.values():
             counts[provider] = counts.get(provider, 0) + 1
         return counts
+
+
 RUNNER = OrtRunner

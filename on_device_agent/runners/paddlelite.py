@@ -13,7 +13,15 @@ import sys
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
-_ARCH = {"x86_64": "x86", "amd64": "x86", "i686": "x86", "aarch64": "arm", "arm64": "arm", "armv7l": "arm", "armv8l": "arm"}
+_ARCH = {
+    "x86_64": "x86",
+    "amd64": "x86",
+    "i686": "x86",
+    "aarch64": "arm",
+    "arm64": "arm",
+    "armv7l": "arm",
+    "armv8l": "arm",
+}
 
 
 def _version():
@@ -37,8 +45,10 @@ def _version():
 class PaddleLiteRunner(Runner):
     backend = "paddlelite"
     runtime = "paddlelite"
-    install_hint = ("pip install paddlelite==2.13rc0 (wheels for Python 3.7-3.10; on other devices build Paddle Lite's "
-                    "Python API for that device)")
+    install_hint = (
+        "pip install paddlelite==2.13rc0 (wheels for Python 3.7-3.10; on other devices build Paddle Lite's "
+        "Python API for that device)"
+    )
 
     @classmethod
     def runtime_version(cls):
@@ -52,7 +62,9 @@ class PaddleLiteRunner(Runner):
         try:
             import paddlelite.lite as lite
         except ImportError as e:
-            raise RuntimeMissing("paddlelite is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+            raise RuntimeMissing(
+                "paddlelite is not installed for this device's Python (%s): %s" % (e, self.install_hint)
+            )
         return lite
 
     def load(self):
@@ -65,8 +77,10 @@ class PaddleLiteRunner(Runner):
         here = _ARCH.get(platform.machine().lower(), platform.machine().lower())
         cpu = self.target.split(",")[-1]
         if cpu in ("arm", "x86") and here != cpu:
-            msg = ("this .nb was optimized for %s but this device is %s (%s): Paddle Lite crashes or computes "
-                   "garbage here" % (self.target, here, platform.machine()))
+            msg = (
+                "this .nb was optimized for %s but this device is %s (%s): Paddle Lite crashes or computes "
+                "garbage here" % (self.target, here, platform.machine())
+            )
             self.warnings.append(msg)
             sys.stderr.write("paddlelite runner: %s\n" % msg)
             sys.stderr.flush()
@@ -94,8 +108,11 @@ class PaddleLiteRunner(Runner):
                 raise RunnerFault("the .nb has inputs %s; no match for %r" % (names, spec["name"]))
             self.input_map.append((spec["name"], nb_name))
         out_names = list(self.predictor.get_output_names())
-        self.output_map = [(spec["name"], out_names[k]) for k, spec in enumerate(self.manifest.get("outputs") or [])
-                           if k < len(out_names)] or [(n, n) for n in out_names]
+        self.output_map = [
+            (spec["name"], out_names[k])
+            for k, spec in enumerate(self.manifest.get("outputs") or [])
+            if k < len(out_names)
+        ] or [(n, n) for n in out_names]
         self.version = self.runtime_version()
 
     def run(self, feeds):
@@ -114,18 +131,28 @@ class PaddleLiteRunner(Runner):
             elif a.dtype == np.uint8:
                 t.set_uint8_data(memoryview(a.reshape(-1)))
             else:
-                raise RunnerError("input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8" % (name, a.dtype))
+                raise RunnerError(
+                    "input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8" % (name, a.dtype)
+                )
         self.predictor.run()
-        return dict((name, np.array(self.predictor.get_output_by_name(nb_name).numpy(), copy=True))
-                    for name, nb_name in self.output_map)
+        return dict(
+            (name, np.array(self.predictor.get_output_by_name(nb_name).numpy(), copy=True))
+            for name, nb_name in self.output_map
+        )
 
     def describe(self):
-        place = {"x86": "X86 CPU", "arm": "ARM CPU", "opencl,arm": "OpenCL GPU (ARM CPU fallback)",
-                 "opencl,x86": "OpenCL GPU (X86 CPU fallback)"}.get(self.target, self.target)
+        place = {
+            "x86": "X86 CPU",
+            "arm": "ARM CPU",
+            "opencl,arm": "OpenCL GPU (ARM CPU fallback)",
+            "opencl,x86": "OpenCL GPU (X86 CPU fallback)",
+        }.get(self.target, self.target)
         warnings = list(self.warnings)
         if not self.threads_applied:
-            warnings.append("this paddlelite build's MobileConfig has no set_threads: Paddle Lite chose the thread "
-                            "count itself (%d was asked for)" % self.threads)
+            warnings.append(
+                "this paddlelite build's MobileConfig has no set_threads: Paddle Lite chose the thread "
+                "count itself (%d was asked for)" % self.threads
+            )
         return {
             "runtime": "paddlelite",
             "runtime_version": self.version,

@@ -29,15 +29,15 @@ CPU_NAMES = ("xnnpack", "cpu")
 def _interpreter_module():
     """``(pip name, module, version)`` of the first LiteRT interpreter importable here, or None."""
     try:
-        from ai_edge_litert import interpreter as mod
         import ai_edge_litert
+        from ai_edge_litert import interpreter as mod
 
         return "ai-edge-litert", mod, getattr(ai_edge_litert, "__version__", None) or _dist_version("ai-edge-litert")
     except ImportError:
         pass
     try:
-        from tflite_runtime import interpreter as mod
         import tflite_runtime
+        from tflite_runtime import interpreter as mod
 
         return "tflite-runtime", mod, getattr(tflite_runtime, "__version__", None) or _dist_version("tflite-runtime")
     except ImportError:
@@ -92,7 +92,9 @@ class TFLiteRunner(Runner):
                 continue
             lib = libs.get(name)
             if lib is None:
-                self.fallback.append((name, "no shared library is known for it (set delegate_libraries in the profile)"))
+                self.fallback.append(
+                    (name, "no shared library is known for it (set delegate_libraries in the profile)")
+                )
                 continue
             try:
                 import ctypes
@@ -102,14 +104,18 @@ class TFLiteRunner(Runner):
                 ctypes.CDLL(lib)
                 loaded.append((name, mod.load_delegate(lib, options.get(name) or {})))
             except (ValueError, OSError, RuntimeError) as e:
-                self.fallback.append((name, "%s failed to load (%s)" % (lib, str(e).strip().splitlines()[0] if str(e) else e)))
+                self.fallback.append(
+                    (name, "%s failed to load (%s)" % (lib, str(e).strip().splitlines()[0] if str(e) else e))
+                )
         return loaded
 
     def load(self):
         found = _interpreter_module()
         if found is None:
-            raise RuntimeMissing("no TFLite interpreter (ai_edge_litert or tflite_runtime) for this device's Python: %s"
-                                 % self.install_hint)
+            raise RuntimeMissing(
+                "no TFLite interpreter (ai_edge_litert or tflite_runtime) for this device's Python: %s"
+                % self.install_hint
+            )
         self.runtime_name, mod, self.version = found
         io = self.manifest.get("runner", {}).get("io") or {}
         t0 = time.perf_counter()
@@ -125,8 +131,12 @@ class TFLiteRunner(Runner):
                 extra["experimental_op_resolver_type"] = resolver
             self.xnnpack = False if resolver is not None else None
         try:
-            self.interp = mod.Interpreter(model_path=self.model_path(), num_threads=self.threads,
-                                          experimental_delegates=[d for _, d in delegates] or None, **extra)
+            self.interp = mod.Interpreter(
+                model_path=self.model_path(),
+                num_threads=self.threads,
+                experimental_delegates=[d for _, d in delegates] or None,
+                **extra,
+            )
             self.interp.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             if not delegates:

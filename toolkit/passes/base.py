@@ -31,8 +31,13 @@ class Option:
     choices: tuple = ()
 
     def to_dict(self):
-        return {"name": self.name, "type": self.type.__name__, "default": self.default,
-                "description": self.description, "choices": list(self.choices)}
+        return {
+            "name": self.name,
+            "type": self.type.__name__,
+            "default": self.default,
+            "description": self.description,
+            "choices": list(self.choices),
+        }
 
 
 @dataclass
@@ -51,8 +56,9 @@ class Pass:
         known = {o.name: o for o in self.options}
         unknown = sorted(set(settings) - set(known))
         if unknown:
-            raise PassConfigError(f"{self.name}: unknown setting(s) {', '.join(unknown)}; "
-                                  f"settings are: {', '.join(known)}")
+            raise PassConfigError(
+                f"{self.name}: unknown setting(s) {', '.join(unknown)}; settings are: {', '.join(known)}"
+            )
         self.settings = {}
         for o in self.options:
             value = settings.get(o.name, o.default)
@@ -61,8 +67,9 @@ class Pass:
             if value is not None and not isinstance(value, o.type):
                 raise PassConfigError(f"{self.name}: setting {o.name} must be a {o.type.__name__}, got {value!r}")
             if o.choices and value not in o.choices:
-                raise PassConfigError(f"{self.name}: setting {o.name} must be one of {', '.join(map(str, o.choices))}, "
-                                      f"got {value!r}")
+                raise PassConfigError(
+                    f"{self.name}: setting {o.name} must be one of {', '.join(map(str, o.choices))}, got {value!r}"
+                )
             self.settings[o.name] = value
         self.validate()
 
@@ -81,8 +88,11 @@ def param_count(model):
     """Scalars in the model's float initializers (weights, biases, BatchNorm vectors)."""
     from onnx import TensorProto
 
-    return sum(int(np.prod(t.dims)) for t in model.graph.initializer
-               if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE))
+    return sum(
+        int(np.prod(t.dims))
+        for t in model.graph.initializer
+        if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
+    )
 
 
 def file_sizes(path):

@@ -71,8 +71,13 @@ def _evaluate(node, consts, opsets):
     from onnx.reference import ReferenceEvaluator
 
     inputs = [i for i in node.input if i]
-    graph = helper.make_graph([node], "fold", [], [helper.make_empty_tensor_value_info(o) for o in node.output if o],
-                              [numpy_helper.from_array(consts[i], i) for i in inputs])
+    graph = helper.make_graph(
+        [node],
+        "fold",
+        [],
+        [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+        [numpy_helper.from_array(consts[i], i) for i in inputs],
+    )
     m = helper.make_model(graph, opset_imports=opsets)
     return ReferenceEvaluator(m).run(None, {})
 
@@ -99,8 +104,12 @@ def fold_constants(model):
         for node in g.node:
             outs = [o for o in node.output if o]
             value = None
-            if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD or any(o in graph_outputs for o in outs) \
-                    or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            if (
+                node.domain not in ("", "ai.onnx")
+                or node.op_type in _NO_FOLD
+                or any(o in graph_outputs for o in outs)
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+            ):
                 keep.append(node)
                 continue
             if node.op_type == "Constant":
@@ -140,7 +149,7 @@ def drop_unused_initializers(model):
         for n in graph.node:
             used.update(n.input)
             for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                     walk(sub)
 
     walk(g)

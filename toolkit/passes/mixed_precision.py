@@ -56,14 +56,17 @@ class BudgetError(EdgekitError):
 # -- the budget -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Budget:
-    kind: str                 # accuracy | cosine | top1
-    value: float              # accuracy: max drop in points; cosine/top1: minimum
+    kind: str  # accuracy | cosine | top1
+    value: float  # accuracy: max drop in points; cosine/top1: minimum
     text: str = ""
     max_evaluations: int = MAX_EVALUATIONS
     sensitivity_samples: int = SENSITIVITY_SAMPLES
 
-    METRICS = {"accuracy": "accuracy drop (points)", "cosine": "mean cosine to the reference",
-               "top1": "top-1 agreement with the reference"}
+    METRICS = {
+        "accuracy": "accuracy drop (points)",
+        "cosine": "mean cosine to the reference",
+        "top1": "top-1 agreement with the reference",
+    }
 
     @classmethod
     def parse(cls, text, **options):
@@ -71,8 +74,10 @@ class Budget:
         if isinstance(text, Budget):
             return text
         raw = str(text).strip().lower().replace(" ", "")
-        usage = ("--budget takes accuracy points (e.g. 1pt, 0.5pt: needs labels), a cosine similarity "
-                 "(cos=0.999) or a top-1 agreement (top1=0.99)")
+        usage = (
+            "--budget takes accuracy points (e.g. 1pt, 0.5pt: needs labels), a cosine similarity "
+            "(cos=0.999) or a top-1 agreement (top1=0.99)"
+        )
         m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(?:pt|pts|points?)", raw)
         if m:
             value = float(m.group(1))
@@ -84,8 +89,10 @@ class Budget:
             kind = "cosine" if m.group(1).startswith("cos") else "top1"
             value = float(m.group(2))
             if not 0 < value <= 1:
-                raise BudgetError(f"--budget {text}: {kind} must be in (0, 1], e.g. "
-                                  f"{'cos=0.999' if kind == 'cosine' else 'top1=0.99'}; {usage}")
+                raise BudgetError(
+                    f"--budget {text}: {kind} must be in (0, 1], e.g. "
+                    f"{'cos=0.999' if kind == 'cosine' else 'top1=0.99'}; {usage}"
+                )
             return cls(kind, value, f"{'cos' if kind == 'cosine' else 'top1'}={value:g}", **options)
         raise BudgetError(f"cannot read --budget {text!r}: {usage}")
 
@@ -93,8 +100,11 @@ class Budget:
         return self.text
 
     def to_dict(self):
-        return {"budget": self.text, "metric": self.METRICS[self.kind],
-                ("max_drop" if self.kind == "accuracy" else "min"): self.value}
+        return {
+            "budget": self.text,
+            "metric": self.METRICS[self.kind],
+            ("max_drop" if self.kind == "accuracy" else "min"): self.value,
+        }
 
     def thresholds(self, thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None):
         """The build's fidelity gate with the budget's own metric set to the budget (unless given explicitly)."""
@@ -139,9 +149,11 @@ class Budget:
     def check_data(self, dataset):
         """Refuse a budget the evaluation data cannot measure (before anything is built)."""
         if self.kind == "accuracy" and (dataset is None or dataset.labels is None):
-            raise DataError(f"--budget {self.text} is measured in accuracy points, which needs labels: give --val "
-                            "(or --calib) data with a 'labels' array (or image folders named by class), or use a "
-                            "budget without labels: --budget cos=0.999 or --budget top1=0.99")
+            raise DataError(
+                f"--budget {self.text} is measured in accuracy points, which needs labels: give --val "
+                "(or --calib) data with a 'labels' array (or image folders named by class), or use a "
+                "budget without labels: --budget cos=0.999 or --budget top1=0.99"
+            )
         if dataset is None or dataset.synthetic:
             raise DataError(f"--budget {self.text} must be measured on real data: pass --val (held-out) or --calib")
 
@@ -152,13 +164,18 @@ def prepare(budget, backend, precision, dataset, min_cosine=None, min_top1=None,
         return None
     budget = Budget.parse(budget)
     if precision != "int8":
-        raise BudgetError(f"--budget keeps layers of an INT8 build in float: pass --precision int8 "
-                          f"(this build is {precision})")
+        raise BudgetError(
+            f"--budget keeps layers of an INT8 build in float: pass --precision int8 (this build is {precision})"
+        )
     if not backend.supports_mixed_precision():
-        why = getattr(backend, "mixed_precision_refusal", None) or f"backend {backend.name!r} cannot keep single " \
-                                                                   "layers in float"
-        raise BudgetError(f"{why}, so --budget is not available for it: build it with --precision int8 (no budget) "
-                          f"or fp16, or use a backend that can (ort, openvino, mnn, tflite)")
+        why = (
+            getattr(backend, "mixed_precision_refusal", None)
+            or f"backend {backend.name!r} cannot keep single layers in float"
+        )
+        raise BudgetError(
+            f"{why}, so --budget is not available for it: build it with --precision int8 (no budget) "
+            f"or fp16, or use a backend that can (ort, openvino, mnn, tflite)"
+        )
     budget.check_data(dataset)
     return budget
 
@@ -166,12 +183,12 @@ def prepare(budget, backend, precision, dataset, min_cosine=None, min_top1=None,
 # -- candidate layers ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layer:
-    name: str                 # the ONNX node name (its first output when the node has none)
+    name: str  # the ONNX node name (its first output when the node has none)
     op: str
-    weight: str               # the weight tensor's name
-    input: str                # the activation input
-    tensors: tuple            # the layer's output names, before and after a folded BatchNormalization / bias Add
-    axis: int = 0             # the weight's output-channel axis
+    weight: str  # the weight tensor's name
+    input: str  # the activation input
+    tensors: tuple  # the layer's output names, before and after a folded BatchNormalization / bias Add
+    axis: int = 0  # the weight's output-channel axis
 
     def to_dict(self):
         return {"layer": self.name, "op": self.op, "weight": self.weight}
@@ -271,7 +288,7 @@ def _nsr(reference, candidate):
             if r.dtype.kind != "f":
                 continue
             c = np.nan_to_num(np.asarray(cand[name], np.float64), nan=1e30, posinf=1e30, neginf=-1e30)
-            total += float(np.sum((c - r) ** 2) / (np.sum(r ** 2) + 1e-12))
+            total += float(np.sum((c - r) ** 2) / (np.sum(r**2) + 1e-12))
         values.append(total)
     return float(np.mean(values))
 
@@ -316,8 +333,12 @@ def sensitivity(be, model, layers, samples, workdir):
             scale = (hi - lo) / 255.0
             zp = int(np.clip(np.round(-lo / scale), 0, 255))
             s_name, z_name = f"{layer.name}__edgekit_s", f"{layer.name}__edgekit_zp"
-            g.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), s_name),
-                                  numpy_helper.from_array(np.array(zp, np.uint8), z_name)])
+            g.initializer.extend(
+                [
+                    numpy_helper.from_array(np.array(scale, np.float32), s_name),
+                    numpy_helper.from_array(np.array(zp, np.uint8), z_name),
+                ]
+            )
             q, dq = f"{layer.name}__edgekit_q", f"{layer.name}__edgekit_dq"
             g.node.insert(index, helper.make_node("DequantizeLinear", [q, s_name, z_name], [dq]))
             g.node.insert(index, helper.make_node("QuantizeLinear", [layer.input, s_name, z_name], [q]))
@@ -382,8 +403,10 @@ def search(be, ctx, plain=None):
         value, score, holds, detail = budget.measure(metrics)
         e = _Eval(tuple(l.name for l in exclude), path, value, score, holds, detail, _size(path), metrics)
         evals.append(e)
-        ctx.log(f"  budget {budget}: {len(exclude)} layer(s) float -> {_fmt(budget, value)} "
-                f"({'holds' if holds else 'over budget'})")
+        ctx.log(
+            f"  budget {budget}: {len(exclude)} layer(s) float -> {_fmt(budget, value)} "
+            f"({'holds' if holds else 'over budget'})"
+        )
         return e
 
     model = onnx.load(str(ctx.reference_path))
@@ -391,16 +414,20 @@ def search(be, ctx, plain=None):
     section = {
         **budget.to_dict(),
         "measured_on": {**data.describe(), "held_out": not in_sample},
-        "method": ("sensitivity: output noise-to-signal ratio with only that layer fake-quantized (int8 per-channel "
-                   "weights, uint8 per-tensor input), on calibration samples; then layers kept float greedily in "
-                   "that order, each candidate quantized by the backend and measured on the evaluation data"),
+        "method": (
+            "sensitivity: output noise-to-signal ratio with only that layer fake-quantized (int8 per-channel "
+            "weights, uint8 per-tensor input), on calibration samples; then layers kept float greedily in "
+            "that order, each candidate quantized by the backend and measured on the evaluation data"
+        ),
         "candidates": len(layers),
         "max_evaluations": budget.max_evaluations,
         "warnings": [],
     }
     if in_sample:
-        section["warnings"].append(f"the budget {budget} was measured on the calibration data itself: pass --val with "
-                                   "held-out data, or the float layers are chosen for the samples they were calibrated on")
+        section["warnings"].append(
+            f"the budget {budget} was measured on the calibration data itself: pass --val with "
+            "held-out data, or the float layers are chosen for the samples they were calibrated on"
+        )
     first = evaluate([])
     section["all_int8"] = {"value": first.value, **first.detail, "size_bytes": first.size_bytes}
     steps, trimmed, chosen = [], [], first
@@ -414,22 +441,36 @@ def search(be, ctx, plain=None):
         k = min(budget.sensitivity_samples, len(ctx.calib))
         ts = time.perf_counter()
         sens = sensitivity(be, model, usable, ctx.calib.samples[:k], ctx.workdir)
-        ctx.log(f"  budget {budget}: sensitivity of {len(usable)} layer(s) on {k} calibration samples in "
-                f"{time.perf_counter() - ts:.1f} s")
-        section["sensitivity"] = {"samples": k, "seconds": round(time.perf_counter() - ts, 2),
-                                  "ranking": [{"layer": l.name, "op": l.op, "nsr": round(sens[l.name], 8)} for l in
-                                              sorted(usable, key=lambda l: -sens[l.name])]}
+        ctx.log(
+            f"  budget {budget}: sensitivity of {len(usable)} layer(s) on {k} calibration samples in "
+            f"{time.perf_counter() - ts:.1f} s"
+        )
+        section["sensitivity"] = {
+            "samples": k,
+            "seconds": round(time.perf_counter() - ts, 2),
+            "ranking": [
+                {"layer": l.name, "op": l.op, "nsr": round(sens[l.name], 8)}
+                for l in sorted(usable, key=lambda l: -sens[l.name])
+            ],
+        }
         order = sorted(usable, key=lambda l: -sens[l.name])
         floats, pos, group, best = [], 0, 1, first
         while pos < len(order) and len(evals) < budget.max_evaluations:
-            added = order[pos:pos + group]
+            added = order[pos : pos + group]
             pos += len(added)
             before = chosen
             chosen = evaluate(floats + added)
             floats = floats + added
-            steps.append({"added": [l.name for l in added], "float_layers": len(floats),
-                          "value_before": before.value, "value_after": chosen.value, "holds": chosen.holds,
-                          "size_bytes": chosen.size_bytes})
+            steps.append(
+                {
+                    "added": [l.name for l in added],
+                    "float_layers": len(floats),
+                    "value_before": before.value,
+                    "value_after": chosen.value,
+                    "holds": chosen.holds,
+                    "size_bytes": chosen.size_bytes,
+                }
+            )
             if chosen.score > best.score:
                 best = chosen
             if chosen.holds:
@@ -438,7 +479,7 @@ def search(be, ctx, plain=None):
                 group *= 2
         if chosen.holds and len(steps[-1]["added"]) > 1:
             # the last group made it hold: try its layers back in int8, least sensitive first
-            for layer in sorted(order[pos - len(steps[-1]['added']):pos], key=lambda l: sens[l.name]):
+            for layer in sorted(order[pos - len(steps[-1]["added"]) : pos], key=lambda l: sens[l.name]):
                 if len(evals) >= budget.max_evaluations:
                     break
                 trial = evaluate([l for l in floats if l.name != layer.name])
@@ -455,21 +496,37 @@ def search(be, ctx, plain=None):
         entry = {**by_name[name].to_dict(), "sensitivity_nsr": round(sens.get(name, 0.0), 8)}
         for s in steps:
             if name in s["added"]:
-                entry.update({"value_before": s["value_before"], "value_after": s["value_after"],
-                              "added_with": len(s["added"]) - 1})
+                entry.update(
+                    {
+                        "value_before": s["value_before"],
+                        "value_after": s["value_after"],
+                        "added_with": len(s["added"]) - 1,
+                    }
+                )
         float_layers.append(entry)
-    section.update({
-        "steps": steps, "trimmed": trimmed, "float_layers": float_layers,
-        "float_layer_names": list(chosen.exclude),
-        "evaluations": len(evals),
-        "final": {"value": chosen.value, **chosen.detail, "budget": budget.value, "met": chosen.holds,
-                  "size_bytes": chosen.size_bytes},
-        "seconds": round(time.perf_counter() - t0, 2),
-    })
+    section.update(
+        {
+            "steps": steps,
+            "trimmed": trimmed,
+            "float_layers": float_layers,
+            "float_layer_names": list(chosen.exclude),
+            "evaluations": len(evals),
+            "final": {
+                "value": chosen.value,
+                **chosen.detail,
+                "budget": budget.value,
+                "met": chosen.holds,
+                "size_bytes": chosen.size_bytes,
+            },
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     if not section["warnings"]:
         del section["warnings"]
-    ctx.log(f"  budget {budget}: {'met' if chosen.holds else 'NOT met'} with {len(chosen.exclude)} of {len(layers)} "
-            f"layer(s) float ({_fmt(budget, chosen.value)}, {len(evals)} evaluations)")
+    ctx.log(
+        f"  budget {budget}: {'met' if chosen.holds else 'NOT met'} with {len(chosen.exclude)} of {len(layers)} "
+        f"layer(s) float ({_fmt(budget, chosen.value)}, {len(evals)} evaluations)"
+    )
     if not chosen.holds and not ctx.allow_degraded:
         tried = len(chosen.exclude)
         raise FidelityError(
@@ -477,5 +534,7 @@ def search(be, ctx, plain=None):
             f"reached is {_fmt(budget, chosen.value)} with {tried} of {len(layers)} layer(s) kept in float "
             f"(all-int8: {_fmt(budget, first.value)}; {len(evals)} evaluations). Try --precision fp16, more or more "
             "representative calibration data (--calib, ~100-300 samples), a looser budget, or --allow-degraded to "
-            "write the best candidate anyway. The build was not written.", report=section)
+            "write the best candidate anyway. The build was not written.",
+            report=section,
+        )
     return chosen.path, section

@@ -30,8 +30,17 @@ from .prune_graph import Analysis, macs
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
 
 MODES = ("structured", "unstructured")
-RECIPE_KEYS = {"mode", "ratio", "scope", "skip", "layers", "channel_multiple", "bias_correction", "criterion",
-               "allocation"}
+RECIPE_KEYS = {
+    "mode",
+    "ratio",
+    "scope",
+    "skip",
+    "layers",
+    "channel_multiple",
+    "bias_correction",
+    "criterion",
+    "allocation",
+}
 # Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
 # them, a pruned build is gated like an int8 build.
 PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
@@ -58,8 +67,10 @@ def load_recipe(path):
         raise PassConfigError(f"pruning recipe {p} is not valid TOML: {e}") from None
     unknown = sorted(set(data) - RECIPE_KEYS)
     if unknown:
-        raise PassConfigError(f"pruning recipe {p}: unknown key(s) {', '.join(unknown)}; "
-                              f"a recipe may set {', '.join(sorted(RECIPE_KEYS))}")
+        raise PassConfigError(
+            f"pruning recipe {p}: unknown key(s) {', '.join(unknown)}; "
+            f"a recipe may set {', '.join(sorted(RECIPE_KEYS))}"
+        )
     if not isinstance(data.get("layers", {}), dict) or not isinstance(data.get("skip", []), list):
         raise PassConfigError(f"pruning recipe {p}: 'layers' must be a table (name = ratio) and 'skip' a list of names")
     for name, r in data.get("layers", {}).items():
@@ -75,8 +86,12 @@ def settings(prune=None, mode=None, recipe=None):
     ratio = prune if prune is not None else data.get("ratio")
     if ratio is None:
         raise PassConfigError("pruning needs a ratio: pass --prune 0.3 (or set ratio = 0.3 in the recipe)")
-    out = {"ratio": check_ratio(ratio), "mode": mode or data.get("mode", "structured"),
-           "layers": dict(data.get("layers", {})), "skip": list(data.get("skip", []))}
+    out = {
+        "ratio": check_ratio(ratio),
+        "mode": mode or data.get("mode", "structured"),
+        "layers": dict(data.get("layers", {})),
+        "skip": list(data.get("skip", [])),
+    }
     for key in ("scope", "channel_multiple", "bias_correction", "criterion", "allocation"):
         if key in data:
             out[key] = data[key]
@@ -89,10 +104,14 @@ def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_dr
     from ..fidelity import Thresholds
 
     return Thresholds(
-        min_cosine=min_cosine if min_cosine is not None else min(thresholds.min_cosine, PRUNED_THRESHOLDS["min_cosine"]),
+        min_cosine=min_cosine
+        if min_cosine is not None
+        else min(thresholds.min_cosine, PRUNED_THRESHOLDS["min_cosine"]),
         min_top1=min_top1 if min_top1 is not None else min(thresholds.min_top1, PRUNED_THRESHOLDS["min_top1"]),
-        max_accuracy_drop=max_accuracy_drop if max_accuracy_drop is not None
-        else max(thresholds.max_accuracy_drop, PRUNED_THRESHOLDS["max_accuracy_drop"]))
+        max_accuracy_drop=max_accuracy_drop
+        if max_accuracy_drop is not None
+        else max(thresholds.max_accuracy_drop, PRUNED_THRESHOLDS["max_accuracy_drop"]),
+    )
 
 
 class PrunePass(Pass):
@@ -100,22 +119,48 @@ class PrunePass(Pass):
     options = (
         Option("mode", str, "structured", "structured: remove channels; unstructured: zero single weights", MODES),
         Option("ratio", float, 0.3, "fraction of channels (structured) or weights (unstructured) to remove, in [0, 1)"),
-        Option("scope", str, "layer", "unstructured only: the same ratio in every layer, or one global magnitude "
-                                      "threshold", ("layer", "global")),
+        Option(
+            "scope",
+            str,
+            "layer",
+            "unstructured only: the same ratio in every layer, or one global magnitude threshold",
+            ("layer", "global"),
+        ),
         Option("layers", dict, None, "per-layer ratios {node or weight name: ratio}"),
         Option("skip", list, None, "layers (node or weight names) left unpruned"),
-        Option("channel_multiple", int, 8, "structured: keep channel counts at the nearest multiple of this (layers "
-                                           "with fewer than 4x as many channels are not rounded): vectorised CPU kernels run whole "
-                                           "blocks of 8 or 16 channels, other counts can run slower"),
-        Option("criterion", str, "auto", "structured: which channels go first. activation: smallest mean |activation| "
-                                         "x consumer weights on calibration data; l1: smallest filter norms; auto: "
-                                         "activation with calibration data, else l1", ("auto", "activation", "l1")),
-        Option("allocation", str, "auto", "structured: uniform (every group loses the ratio) or sensitivity (the "
-                                          "same number of channels, taken more from groups whose removal changes "
-                                          "the outputs less, measured on calibration data); auto: sensitivity with "
-                                          "calibration data", ("auto", "uniform", "sensitivity")),
-        Option("bias_correction", bool, True, "structured, with calibration data: fold removed channels' mean "
-                                              "contribution into the consumers' biases"),
+        Option(
+            "channel_multiple",
+            int,
+            8,
+            "structured: keep channel counts at the nearest multiple of this (layers "
+            "with fewer than 4x as many channels are not rounded): vectorised CPU kernels run whole "
+            "blocks of 8 or 16 channels, other counts can run slower",
+        ),
+        Option(
+            "criterion",
+            str,
+            "auto",
+            "structured: which channels go first. activation: smallest mean |activation| "
+            "x consumer weights on calibration data; l1: smallest filter norms; auto: "
+            "activation with calibration data, else l1",
+            ("auto", "activation", "l1"),
+        ),
+        Option(
+            "allocation",
+            str,
+            "auto",
+            "structured: uniform (every group loses the ratio) or sensitivity (the "
+            "same number of channels, taken more from groups whose removal changes "
+            "the outputs less, measured on calibration data); auto: sensitivity with "
+            "calibration data",
+            ("auto", "uniform", "sensitivity"),
+        ),
+        Option(
+            "bias_correction",
+            bool,
+            True,
+            "structured, with calibration data: fold removed channels' mean contribution into the consumers' biases",
+        ),
     )
 
     def validate(self):
@@ -149,23 +194,33 @@ class PrunePass(Pass):
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             from ..errors import ConversionError
 
-            raise ConversionError(f"the pruned model fails the ONNX checker ({str(e).splitlines()[0]}); "
-                                  "use --prune-recipe to skip the layer named there") from None
+            raise ConversionError(
+                f"the pruned model fails the ONNX checker ({str(e).splitlines()[0]}); "
+                "use --prune-recipe to skip the layer named there"
+            ) from None
         onnx.save(pruned, str(out))
         src = Path(ctx.workdir) / "pruning.input.onnx"
         onnx.save(original, str(src))
-        section.update({
-            "mode": s["mode"], "ratio": s["ratio"], "step": step,
-            "params_before": param_count(model), "params_after": param_count(pruned),
-            "size_before": file_sizes(src), "size_after": file_sizes(out),
-        })
+        section.update(
+            {
+                "mode": s["mode"],
+                "ratio": s["ratio"],
+                "step": step,
+                "params_before": param_count(model),
+                "params_after": param_count(pruned),
+                "size_before": file_sizes(src),
+                "size_after": file_sizes(out),
+            }
+        )
         if s["mode"] == "structured":
             before, after = macs(model, shapes), macs(pruned, static_shapes(pruned, dynamic_as_one=True))
             section["macs_before"], section["macs_after"] = sum(before.values()), sum(after.values())
             for row in section["layers"]:
                 row["macs_before"], row["macs_after"] = before.get(row["name"]), after.get(row["name"])
-        ctx.log(f"  pruning: {section['params_before']:,} -> {section['params_after']:,} parameters, "
-                f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB")
+        ctx.log(
+            f"  pruning: {section['params_before']:,} -> {section['params_after']:,} parameters, "
+            f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB"
+        )
         record = ctx.check(step, out)
         section["fidelity_passed"] = bool(record.get("passed")) if isinstance(record, dict) else None
         return PassResult(out, section)
@@ -180,7 +235,8 @@ class PrunePass(Pass):
                 raise PassConfigError(
                     f"pruning recipe {label} name(s) {', '.join(map(repr, unknown))} match no Conv/Gemm/MatMul of the "
                     f"model; its layers are: {', '.join(shown)}{' ...' if len(layers) > len(shown) else ''} "
-                    "(node names, or their weight names)")
+                    "(node names, or their weight names)"
+                )
 
     def _ratio_for(self, names, layers):
         """Ratio for a set of node names; None when the recipe skips one of them."""
@@ -210,8 +266,12 @@ class PrunePass(Pass):
             stats, stats_detail = activation_stats(ctx, model, tensors)
         if s["criterion"] == "activation" and stats is None:
             raise PassConfigError(f"the activation criterion needs calibration data: {stats_detail}")
-        data_scores = activation_importance(an, stats, centred=s["bias_correction"]) \
-            if stats is not None and s["criterion"] != "l1" else {}
+        data_scores = (
+            activation_importance(an, stats, centred=s["bias_correction"])
+            if stats is not None and s["criterion"] != "l1"
+            else {}
+        )
+
         def scores_for(g):
             return data_scores[g.root] if g.root in data_scores else l1_importance(an, g.producers)
 
@@ -233,8 +293,11 @@ class PrunePass(Pass):
         ratios, damage = {g.root: r for g, _, r, _ in plan}, {}
         allocation = "uniform"
         if s["allocation"] != "uniform" and stats is not None:
-            trials = {g.root: choose(scores_for(g), keep_count(g.size, r, 1)) for g, _, r, fixed in plan
-                      if not fixed and keep_count(g.size, r, 1) < g.size}
+            trials = {
+                g.root: choose(scores_for(g), keep_count(g.size, r, 1))
+                for g, _, r, fixed in plan
+                if not fixed and keep_count(g.size, r, 1) < g.size
+            }
             if len(trials) > 1:
                 damage = sensitivities(ctx, an, trials, deltas_for)
                 free = [(g.root, g.size, damage[g.root]) for g, _, _, _ in plan if g.root in trials]
@@ -251,23 +314,42 @@ class PrunePass(Pass):
                 keep[g.root] = choose(scores_for(g), n_keep)
                 criteria.add(criterion)
             for n in names:
-                rows.append({"name": n, "op": an.nodes[n].op_type, "group": names[0],
-                             "ratio": round(float(ratios[g.root]), 4), "sensitivity": damage.get(g.root),
-                             "criterion": criterion, "channels_before": g.size, "channels_after": n_keep})
+                rows.append(
+                    {
+                        "name": n,
+                        "op": an.nodes[n].op_type,
+                        "group": names[0],
+                        "ratio": round(float(ratios[g.root]), 4),
+                        "sensitivity": damage.get(g.root),
+                        "criterion": criterion,
+                        "channels_before": g.size,
+                        "channels_after": n_keep,
+                    }
+                )
         bias_add = deltas_for(keep)
-        correction = {"applied": bool(bias_add), "layers": sorted(bias_add), "statistics": stats_detail,
-                      "method": "removed input channels' mean activation on the calibration data (unpruned model) "
-                                "times the consumer's weights, added to its bias"}
+        correction = {
+            "applied": bool(bias_add),
+            "layers": sorted(bias_add),
+            "statistics": stats_detail,
+            "method": "removed input channels' mean activation on the calibration data (unpruned model) "
+            "times the consumer's weights, added to its bias",
+        }
         pruned = an.apply(keep, bias_add)
         before, after = _node_params(model), _node_params(pruned)
         for row in rows:
             row["params_before"], row["params_after"] = before.get(row["name"]), after.get(row["name"])
         prunable = sum(g.size for g in an.groups() if not g.reasons)
         removed = sum(r["channels_before"] - r["channels_after"] for r in rows if r["group"] == r["name"])
-        return pruned, {"layers": rows, "skipped": skipped, "bias_correction": correction,
-                        "criterion": sorted(criteria), "allocation": allocation,
-                        "channels_prunable": prunable, "channels_removed": removed,
-                        "channel_multiple": s["channel_multiple"]}
+        return pruned, {
+            "layers": rows,
+            "skipped": skipped,
+            "bias_correction": correction,
+            "criterion": sorted(criteria),
+            "allocation": allocation,
+            "channels_prunable": prunable,
+            "channels_removed": removed,
+            "channel_multiple": s["channel_multiple"],
+        }
 
     # -- unstructured -----------------------------------------------------------------
     def _unstructured(self, model, layers):
@@ -308,24 +390,43 @@ class PrunePass(Pass):
             inits[wname].CopyFrom(numpy_helper.from_array(new, wname))
             total += w.size
             zeros += int(np.sum(new == 0))
-            rows.append({"name": n, "op": nodes[n].op_type, "weights": int(w.size), "target": ratio,
-                         "sparsity_before": round(before, 4), "sparsity_after": round(float(np.mean(new == 0)), 4)})
+            rows.append(
+                {
+                    "name": n,
+                    "op": nodes[n].op_type,
+                    "weights": int(w.size),
+                    "target": ratio,
+                    "sparsity_before": round(before, 4),
+                    "sparsity_after": round(float(np.mean(new == 0)), 4),
+                }
+            )
         skipped = [{"layers": [n], "reason": "skipped by the recipe"} for n in layers if n not in chosen]
-        return m, {"scope": s["scope"], "layers": rows, "skipped": skipped,
-                   "sparsity": round(zeros / total, 4) if total else 0.0, "weights_pruned": total}
+        return m, {
+            "scope": s["scope"],
+            "layers": rows,
+            "skipped": skipped,
+            "sparsity": round(zeros / total, 4) if total else 0.0,
+            "weights_pruned": total,
+        }
 
 
 def _prunable_layers(model):
     """``{node name: {node name, weight name}}`` for every Conv/Gemm/MatMul with a constant weight."""
     inits = {i.name for i in model.graph.initializer}
-    return {n.name: {n.name, n.input[1]} for n in model.graph.node
-            if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in inits}
+    return {
+        n.name: {n.name, n.input[1]}
+        for n in model.graph.node
+        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in inits
+    }
 
 
 def _node_params(model):
     sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
-    return {n.name: sum(sizes.get(i, 0) for i in n.input[1:]) for n in model.graph.node
-            if n.op_type in ("Conv", "Gemm", "MatMul")}
+    return {
+        n.name: sum(sizes.get(i, 0) for i in n.input[1:])
+        for n in model.graph.node
+        if n.op_type in ("Conv", "Gemm", "MatMul")
+    }
 
 
 def apply(prune_settings, ctx):
@@ -337,8 +438,10 @@ def apply(prune_settings, ctx):
     except EdgekitError:
         raise
     except Exception as e:  # a graph this pass does not handle: say so instead of a traceback
-        raise ConversionError(f"pruning failed on this model ({type(e).__name__}: {e}); build without --prune, or "
-                              "skip the layers involved with --prune-recipe (skip = [...])") from e
+        raise ConversionError(
+            f"pruning failed on this model ({type(e).__name__}: {e}); build without --prune, or "
+            "skip the layers involved with --prune-recipe (skip = [...])"
+        ) from e
     return result.model_path, result.section
 
 
@@ -348,9 +451,13 @@ def summary(section):
     if section["mode"] == "structured":
         macs = section.get("macs_before") or 0
         ratio = f", MACs {section['macs_after'] / macs:.0%} of the original" if macs else ""
-        return (f"structured {section['ratio']:.0%}: {section['channels_removed']} of {section['channels_prunable']} "
-                f"prunable channels removed, params {section['params_before']:,} -> {section['params_after']:,}, "
-                f"{size}{ratio}, {len(section['skipped'])} group(s) skipped")
+        return (
+            f"structured {section['ratio']:.0%}: {section['channels_removed']} of {section['channels_prunable']} "
+            f"prunable channels removed, params {section['params_before']:,} -> {section['params_after']:,}, "
+            f"{size}{ratio}, {len(section['skipped'])} group(s) skipped"
+        )
     comp = f"{section['size_before']['compressed_bytes'] / 1024:.1f} -> {section['size_after']['compressed_bytes'] / 1024:.1f}"
-    return (f"unstructured {section['ratio']:.0%} ({section['scope']}): weight sparsity {section['sparsity']:.1%}, "
-            f"{size}, compressed {comp} KB")
+    return (
+        f"unstructured {section['ratio']:.0%} ({section['scope']}): weight sparsity {section['sparsity']:.1%}, "
+        f"{size}, compressed {comp} KB"
+    )

@@ -42,15 +42,17 @@ def _session(model_bytes):
 
 def _float_outputs(sess, samples):
     outs = [sess.run(None, f) for f in samples]
-    return [np.concatenate([np.asarray(o, np.float64).ravel() for o in out if np.asarray(o).dtype.kind == "f"])
-            for out in outs]
+    return [
+        np.concatenate([np.asarray(o, np.float64).ravel() for o in out if np.asarray(o).dtype.kind == "f"])
+        for out in outs
+    ]
 
 
 def sensitivities(ctx, an, trials, deltas_for):
     """``{group root: damage}`` with each group of ``trials = {root: kept indices}`` pruned alone."""
     samples = ctx.calib.samples[:SENSITIVITY_SAMPLES]
     ref = np.stack(_float_outputs(_session(an.model.SerializeToString()), samples))
-    scale = float(((ref - ref.mean(0)) ** 2).sum()) or float((ref ** 2).sum()) or 1.0
+    scale = float(((ref - ref.mean(0)) ** 2).sum()) or float((ref**2).sum()) or 1.0
     damage = {}
     for root, kept in trials.items():
         keep = {root: kept}

@@ -19,9 +19,37 @@ import onnx
 from onnx import helper, numpy_helper
 
 PASS_THROUGH = {
-    "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Elu", "Selu", "Softplus",
-    "Softsign", "Identity", "Dropout", "Neg", "Abs", "Exp", "Sqrt", "Erf", "Gelu", "Mish", "Celu", "ThresholdedRelu",
-    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "Floor", "Ceil", "Round", "Cast",
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Tanh",
+    "Elu",
+    "Selu",
+    "Softplus",
+    "Softsign",
+    "Identity",
+    "Dropout",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Sqrt",
+    "Erf",
+    "Gelu",
+    "Mish",
+    "Celu",
+    "ThresholdedRelu",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "LpPool",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Cast",
 }
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu"}
 
@@ -32,8 +60,8 @@ class Group:
 
     root: int
     size: int
-    producers: list = field(default_factory=list)   # node names
-    reasons: list = field(default_factory=list)     # why it cannot be pruned (empty: prunable)
+    producers: list = field(default_factory=list)  # node names
+    reasons: list = field(default_factory=list)  # why it cannot be pruned (empty: prunable)
 
 
 class _Spaces:
@@ -82,8 +110,10 @@ def _attr(node, name, default=None):
 def _implicit_inputs(node):
     names = set()
     for a in node.attribute:
-        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            produced = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer}
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            produced = (
+                {o for n in g.node for o in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer}
+            )
             for n in g.node:
                 names |= {i for i in n.input if i and i not in produced}
                 names |= _implicit_inputs(n)
@@ -99,7 +129,7 @@ class Analysis:
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.spaces = _Spaces()
         self.layouts = {}
-        self.edits = []          # (kind, node, input_index, layout_or_space, axis)
+        self.edits = []  # (kind, node, input_index, layout_or_space, axis)
         self.nodes = {n.name: n for n in model.graph.node}
         self._walk()
 
@@ -210,17 +240,34 @@ class Analysis:
         return shape is not None and len(shape) >= 2 and all(d == 1 for d in shape[2:])
 
     def _op_Flatten(self, node, ins):
-        self._flatten_like(node, ins[0], _attr(node, "axis", 1) == 1 and self._spatial_is_one(node.input[0]),
-                           f"Flatten '{node.name}' mixes spatial positions into the channel axis")
+        self._flatten_like(
+            node,
+            ins[0],
+            _attr(node, "axis", 1) == 1 and self._spatial_is_one(node.input[0]),
+            f"Flatten '{node.name}' mixes spatial positions into the channel axis",
+        )
 
     def _op_Reshape(self, node, ins):
         target = self._const(node.input[1])
         x = ins[0]
-        ok = target is not None and len(target) >= 2 and self._spatial_is_one(node.input[0]) \
-            and target[1] == -1 and all(int(d) in (0, 1) or (i == 0 and int(d) == self.shapes[node.input[0]][0])
-                                        for i, d in enumerate(target) if i != 1)
-        self._flatten_like(node, x, ok, f"Reshape '{node.name}' has hard-coded sizes"
-                           + (f" {[int(d) for d in target]}" if target is not None else ""))
+        ok = (
+            target is not None
+            and len(target) >= 2
+            and self._spatial_is_one(node.input[0])
+            and target[1] == -1
+            and all(
+                int(d) in (0, 1) or (i == 0 and int(d) == self.shapes[node.input[0]][0])
+                for i, d in enumerate(target)
+                if i != 1
+            )
+        )
+        self._flatten_like(
+            node,
+            x,
+            ok,
+            f"Reshape '{node.name}' has hard-coded sizes"
+            + (f" {[int(d) for d in target]}" if target is not None else ""),
+        )
 
     def _axes(self, node):
         axes = _attr(node, "axes")
@@ -294,11 +341,15 @@ class Analysis:
                         if a is not None and b is not None:
                             self.spaces.union(a, b)
                         elif a is not None or b is not None:
-                            self.spaces.invalidate([(a or b, 0)], f"{node.op_type} '{node.name}' mixes them with "
-                                                                   "channels that cannot be removed")
+                            self.spaces.invalidate(
+                                [(a or b, 0)],
+                                f"{node.op_type} '{node.name}' mixes them with channels that cannot be removed",
+                            )
                 else:
                     for t in tracked:
-                        self.spaces.invalidate(t, f"{node.op_type} '{node.name}' joins differently concatenated tensors")
+                        self.spaces.invalidate(
+                            t, f"{node.op_type} '{node.name}' joins differently concatenated tensors"
+                        )
                     return
                 continue
             axis = 1 - (rank - len(shape)) if shape is not None else None
@@ -309,8 +360,9 @@ class Analysis:
             if 0 <= axis < len(shape) and shape[axis] == channels and channels > 1:
                 if name not in self.inits:
                     for t in tracked:
-                        self.spaces.invalidate(t, f"{node.op_type} '{node.name}' combines them with a computed tensor "
-                                                  "of the same channels")
+                        self.spaces.invalidate(
+                            t, f"{node.op_type} '{node.name}' combines them with a computed tensor of the same channels"
+                        )
                     return
                 self.edits.append(("slice", node.name, idx, tracked[0], axis))
         self.layouts[node.output[0]] = result
@@ -408,8 +460,9 @@ class Analysis:
 
         used = {i for n in m.graph.node for i in n.input}
         del m.graph.initializer[:]
-        m.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(v), k)
-                                   for k, v in arrays.items() if k in used)
+        m.graph.initializer.extend(
+            numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in arrays.items() if k in used
+        )
         del m.graph.value_info[:]
         return m
 

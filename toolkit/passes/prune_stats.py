@@ -59,8 +59,9 @@ def activation_stats(ctx, model, tensors):
         if name in graph_inputs:  # a graph input: the samples themselves
             arr = np.concatenate([f[name] for f in samples]).astype(np.float64)
             axes = tuple(i for i in range(arr.ndim) if i != 1)
-            sums[name] = len(samples) * np.stack([arr.mean(axis=axes), np.abs(arr).mean(axis=axes),
-                                                  (arr * arr).mean(axis=axes)])
+            sums[name] = len(samples) * np.stack(
+                [arr.mean(axis=axes), np.abs(arr).mean(axis=axes), (arr * arr).mean(axis=axes)]
+            )
     out = {}
     for t, m in sums.items():
         mean, mabs, sq = m / len(samples)
@@ -93,7 +94,7 @@ def activation_importance(an, stats, centred=False):
         for space, size in lay:
             if space is not None:
                 root = an.spaces.find(space)
-                scores[root] = scores.get(root, 0) + contrib[offset:offset + size]
+                scores[root] = scores.get(root, 0) + contrib[offset : offset + size]
             offset += size
     return scores
 

@@ -34,8 +34,10 @@ def server_address():
         kind, _, rest = spec.partition(":")
         host, _, port = rest.rpartition(":")
         if kind != "tcp" or not port.isdigit():
-            raise TransportError(f"ADB_SERVER_SOCKET={spec!r}: edgekit reaches the adb server over TCP only; "
-                                 "use tcp:HOST:PORT or tcp:PORT")
+            raise TransportError(
+                f"ADB_SERVER_SOCKET={spec!r}: edgekit reaches the adb server over TCP only; "
+                "use tcp:HOST:PORT or tcp:PORT"
+            )
         return host or DEFAULT_HOST, int(port)
     host = os.environ.get("ANDROID_ADB_SERVER_ADDRESS") or os.environ.get("ANDROID_ADB_SERVER_HOST") or DEFAULT_HOST
     port = os.environ.get("ANDROID_ADB_SERVER_PORT") or str(DEFAULT_PORT)
@@ -81,9 +83,15 @@ def availability():
         return {"ok": False, "detail": str(e)}
     adb = adb_executable()
     running = _reachable(host, port)
-    state = "running" if running else ("not running (started on first use)" if adb else "not running, and no adb to start it")
-    return {"ok": running or adb is not None,
-            "detail": f"adbutils {adbutils.__version__}; adb server at {host}:{port} {state}; adb: {adb or 'not found'}"}
+    state = (
+        "running"
+        if running
+        else ("not running (started on first use)" if adb else "not running, and no adb to start it")
+    )
+    return {
+        "ok": running or adb is not None,
+        "detail": f"adbutils {adbutils.__version__}; adb server at {host}:{port} {state}; adb: {adb or 'not found'}",
+    }
 
 
 def _client():
@@ -98,16 +106,24 @@ def _client():
             raise TransportError(f"no adb server answers at {host}:{port}; start it there (adb start-server)")
         adb = adb_executable()
         if adb is None:
-            raise TransportError(f"no adb server runs at {host}:{port} and no adb command was found to start one: "
-                                 "install Android platform-tools (Debian: apt-get install adb) or set $ADB")
+            raise TransportError(
+                f"no adb server runs at {host}:{port} and no adb command was found to start one: "
+                "install Android platform-tools (Debian: apt-get install adb) or set $ADB"
+            )
         try:
-            p = subprocess.run([adb, "-P", str(port), "start-server"], capture_output=True, text=True, timeout=30,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                [adb, "-P", str(port), "start-server"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise TransportError(f"could not start the adb server with {adb}: {e}") from None
         if p.returncode != 0 or not _reachable(host, port):
-            raise TransportError(f"could not start the adb server on port {port} with {adb}: "
-                                 f"{(p.stderr or p.stdout).strip()[-400:]}")
+            raise TransportError(
+                f"could not start the adb server on port {port} with {adb}: {(p.stderr or p.stdout).strip()[-400:]}"
+            )
     return adbutils.AdbClient(host=host, port=port, socket_timeout=30)
 
 
@@ -122,8 +138,10 @@ class ADBTransport(Transport):
 
     def __init__(self, target=None):
         if target == "all":
-            raise TransportError("--adb all deploys to every attached device and works with `edgekit deploy` only; "
-                                 "name one device here (--adb SERIAL, see `adb devices`)")
+            raise TransportError(
+                "--adb all deploys to every attached device and works with `edgekit deploy` only; "
+                "name one device here (--adb SERIAL, see `adb devices`)"
+            )
         self.client = _client()
         self.host, self.port = server_address()
         self.serial = self._pick(target)
@@ -161,8 +179,10 @@ class ADBTransport(Transport):
         host, port = server_address()
         seen = "; ".join(f"{s} is {state}" for s, state in devices)
         hint = " (accept the debugging prompt on the device)" if any(st == "unauthorized" for _, st in devices) else ""
-        return (f"no Android device is ready on the adb server at {host}:{port}"
-                f"{': ' + seen + hint if seen else ''}. Is USB debugging on? Check `adb devices`")
+        return (
+            f"no Android device is ready on the adb server at {host}:{port}"
+            f"{': ' + seen + hint if seen else ''}. Is USB debugging on? Check `adb devices`"
+        )
 
     def _pick(self, target):
         target = target or os.environ.get("ANDROID_SERIAL") or None
@@ -180,19 +200,24 @@ class ADBTransport(Transport):
                     raise TransportError(f"cannot connect to the Android device at {target}: {said.strip()}")
             if target not in states:
                 have = ", ".join(s for s, _ in devices) or "none"
-                raise TransportError(f"no Android device {target!r} on the adb server (attached: {have}). "
-                                     "Check `adb devices`")
+                raise TransportError(
+                    f"no Android device {target!r} on the adb server (attached: {have}). Check `adb devices`"
+                )
             if states[target] != "device":
-                hint = {"unauthorized": "accept the USB debugging prompt on the device",
-                        "offline": "reconnect it, or run `adb reconnect offline`"}.get(states[target], "check `adb devices`")
+                hint = {
+                    "unauthorized": "accept the USB debugging prompt on the device",
+                    "offline": "reconnect it, or run `adb reconnect offline`",
+                }.get(states[target], "check `adb devices`")
                 raise TransportError(f"Android device {target} is {states[target]}: {hint}")
             return target
         ready = [s for s, state in devices if state == "device"]
         if not ready:
             raise TransportError(self._none_message(devices))
         if len(ready) > 1:
-            raise TransportError(f"{len(ready)} Android devices are attached ({', '.join(ready)}): choose one with "
-                                 "--adb SERIAL, or deploy to all with --adb all")
+            raise TransportError(
+                f"{len(ready)} Android devices are attached ({', '.join(ready)}): choose one with "
+                "--adb SERIAL, or deploy to all with --adb all"
+            )
         return ready[0]
 
     # -- the Transport interface ------------------------------------------------
@@ -208,8 +233,9 @@ class ADBTransport(Transport):
 
             if isinstance(e, (AdbTimeout, socket.timeout)):
                 raise TransportError(f"{self.description}: {argv[0]} did not finish within {timeout} s") from None
-            raise TransportError(f"{self.description}: connection lost while running {argv[0]}: "
-                                 f"{e or type(e).__name__}") from None
+            raise TransportError(
+                f"{self.description}: connection lost while running {argv[0]}: {e or type(e).__name__}"
+            ) from None
 
     def _run_v1(self, cmd, timeout):
         """The v1 shell has one output stream and no exit code: print the code after a marker."""
@@ -218,7 +244,7 @@ class ADBTransport(Transport):
         i = out.rfind(marker.encode())
         if i < 0:
             raise TransportError(f"{self.description}: the shell ended before {cmd.split()[0]} finished")
-        code = int(out[i + len(marker):].strip() or 255)
+        code = int(out[i + len(marker) :].strip() or 255)
         return CommandResult(code, out[:i].decode("utf-8", "replace"), "")
 
     def put_file(self, local, remote, progress=None):
@@ -234,11 +260,15 @@ class ADBTransport(Transport):
         try:
             self._push(local, part, mode, size, lambda done: progress and progress(name, done, size))
         except _adb_errors() as e:
-            raise TransportError(f"{self.description}: uploading {name} to {part} failed: {e or type(e).__name__}. "
-                                 f"{name} on the device is unchanged; run the command again to retry.") from None
+            raise TransportError(
+                f"{self.description}: uploading {name} to {part} failed: {e or type(e).__name__}. "
+                f"{name} on the device is unchanged; run the command again to retry."
+            ) from None
         r = self.run(["mv", "-f", part, remote])
         if not r.ok:
-            raise TransportError(f"{self.description}: renaming {part} to {name} failed: {(r.stderr or r.stdout).strip()}")
+            raise TransportError(
+                f"{self.description}: renaming {part} to {name} failed: {(r.stderr or r.stdout).strip()}"
+            )
 
     def _push(self, local, remote, mode, size, on_progress):
         """SEND over the sync service: DATA blocks, DONE with the mtime, then OKAY or FAIL."""

@@ -64,8 +64,9 @@ class Forwarder:
             except OSError:
                 return
             client.setblocking(True)
-            threading.Thread(target=self.open_channel, args=(client, addr), daemon=True,
-                             name=f"{self.thread.name}-conn").start()
+            threading.Thread(
+                target=self.open_channel, args=(client, addr), daemon=True, name=f"{self.thread.name}-conn"
+            ).start()
 
     @property
     def alive(self):

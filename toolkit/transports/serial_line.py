@@ -31,22 +31,27 @@ from ..errors import BackendUnavailable, TransportError
 from .base import CommandResult, Forwarder, Transport
 
 # The endpoint's directory on the device: private to the device user, never a shared name in /tmp.
-REMOTE_DIR = ('(d="${HOME:+$HOME/.cache/edgekit/serial}"; if [ -n "$d" ] && (umask 077; mkdir -p "$d") 2>/dev/null '
-              '&& chmod 700 "$d" 2>/dev/null && [ -w "$d" ]; then echo "EK_""DIR=K|$d|"; '
-              'else d=$(mktemp -d 2>/dev/null) && echo "EK_""DIR=T|$d|"; fi)')
+REMOTE_DIR = (
+    '(d="${HOME:+$HOME/.cache/edgekit/serial}"; if [ -n "$d" ] && (umask 077; mkdir -p "$d") 2>/dev/null '
+    '&& chmod 700 "$d" 2>/dev/null && [ -w "$d" ]; then echo "EK_""DIR=K|$d|"; '
+    'else d=$(mktemp -d 2>/dev/null) && echo "EK_""DIR=T|$d|"; fi)'
+)
 CHUNK = 512  # base64 characters per typed command (busybox ash edits lines up to 1024)
 LOGIN = re.compile(rb"(?i)(login|password)[^\n]{0,20}:\s*$")
-CHECK = ("import hashlib,sys;a=sys.argv;"
-         "sys.exit(0 if hashlib.sha256(open(a[1],\"rb\").read()).hexdigest()==a[2] else 1)")
-DECODE = ("import base64,hashlib,os,sys,zlib;a=sys.argv;"
-          "d=zlib.decompress(base64.b64decode(open(a[1],\"rb\").read()));ok=hashlib.sha256(d).hexdigest()==a[3];"
-          "ok and open(a[2]+\".tmp\",\"wb\").write(d);ok and os.replace(a[2]+\".tmp\",a[2]);"
-          "os.remove(a[1]);sys.exit(0 if ok else 3)")
+CHECK = 'import hashlib,sys;a=sys.argv;sys.exit(0 if hashlib.sha256(open(a[1],"rb").read()).hexdigest()==a[2] else 1)'
+DECODE = (
+    "import base64,hashlib,os,sys,zlib;a=sys.argv;"
+    'd=zlib.decompress(base64.b64decode(open(a[1],"rb").read()));ok=hashlib.sha256(d).hexdigest()==a[3];'
+    'ok and open(a[2]+".tmp","wb").write(d);ok and os.replace(a[2]+".tmp",a[2]);'
+    "os.remove(a[1]);sys.exit(0 if ok else 3)"
+)
 # Runs the endpoint from the bytes it hashed (no window between the check and the run).
-LOADER = ("import hashlib,sys;a=sys.argv;d=open(a[1],\"rb\").read();"
-          "hashlib.sha256(d).hexdigest()==a[2] or sys.exit(\"EK_BAD_ENDPOINT: \"+a[1]+\" does not have the expected sha256\");"
-          "sys.argv=[a[1]]+a[3:];exec(compile(d,a[1],\"exec\"),{\"__name__\":\"__main__\",\"__file__\":a[1]})")
-VERSION = "import sys;print(\"EK_\"+\"PY=%d.%d|%s|\" % (sys.version_info[0],sys.version_info[1],sys.executable))"
+LOADER = (
+    'import hashlib,sys;a=sys.argv;d=open(a[1],"rb").read();'
+    'hashlib.sha256(d).hexdigest()==a[2] or sys.exit("EK_BAD_ENDPOINT: "+a[1]+" does not have the expected sha256");'
+    'sys.argv=[a[1]]+a[3:];exec(compile(d,a[1],"exec"),{"__name__":"__main__","__file__":a[1]})'
+)
+VERSION = 'import sys;print("EK_"+"PY=%d.%d|%s|" % (sys.version_info[0],sys.version_info[1],sys.executable))'
 
 
 def endpoint_source():
@@ -143,10 +148,12 @@ class SerialTransport(Transport):
         except serial.SerialException as e:
             code = e.errno
             if code == errno.ENOENT:
-                detail = (f"no such port. Is the board's USB-serial adapter plugged in? Ports here: {_ports_here()}")
+                detail = f"no such port. Is the board's USB-serial adapter plugged in? Ports here: {_ports_here()}"
             elif code == errno.EACCES:
-                detail = ("permission denied: add yourself to the port's group (sudo usermod -aG dialout $USER, "
-                          "then log in again)")
+                detail = (
+                    "permission denied: add yourself to the port's group (sudo usermod -aG dialout $USER, "
+                    "then log in again)"
+                )
             elif code in (errno.EAGAIN, errno.EWOULDBLOCK) or "exclusively lock" in str(e):
                 detail = "the port is in use by another program (screen, minicom, picocom, another edgekit): close it"
             else:
@@ -179,25 +186,34 @@ class SerialTransport(Transport):
     def _check_login(self, step):
         tail = bytes(self._console[-200:]).rstrip(b"\x00")
         if LOGIN.search(tail):
-            raise self._error(step, "the console shows a login prompt, not a shell. Log in on it once with a terminal "
-                              f"program (e.g. picocom -b {self.baud} {self.port}), leave the shell logged in and "
-                              "quit the program (or enable autologin on the serial getty), then run this again")
+            raise self._error(
+                step,
+                "the console shows a login prompt, not a shell. Log in on it once with a terminal "
+                f"program (e.g. picocom -b {self.baud} {self.port}), leave the shell logged in and "
+                "quit the program (or enable autologin on the serial getty), then run this again",
+            )
 
     def _no_answer(self, step, waited):
         seen = bytes(self._seen)
         if not seen.strip(b"\x00"):
-            hint = (f"no answer at all within {waited:.0f} s. Check the cable (TX to RX, RX to TX, GND), that a "
-                    f"shell runs on that UART, and that {self.baud} baud is its rate (--baud; Rockchip debug UARTs "
-                    "use 1500000)")
+            hint = (
+                f"no answer at all within {waited:.0f} s. Check the cable (TX to RX, RX to TX, GND), that a "
+                f"shell runs on that UART, and that {self.baud} baud is its rate (--baud; Rockchip debug UARTs "
+                "use 1500000)"
+            )
         else:
             printable = sum(32 <= b < 127 or b in (9, 10, 13, 27) for b in seen) / len(seen)
             text = seen[-300:].decode("ascii", "replace")
             if printable < 0.8:
-                hint = (f"the console answers with garbled bytes: {self.baud} baud is probably not its rate "
-                        "(--baud; common are 115200 and 1500000)")
+                hint = (
+                    f"the console answers with garbled bytes: {self.baud} baud is probably not its rate "
+                    "(--baud; common are 115200 and 1500000)"
+                )
             else:
-                hint = (f"no shell answered within {waited:.0f} s (at {self.baud} baud); "
-                        f"the console's last output: {text!r}")
+                hint = (
+                    f"no shell answered within {waited:.0f} s (at {self.baud} baud); "
+                    f"the console's last output: {text!r}"
+                )
         return self._error(step, hint)
 
     def _shell(self, command, step, timeout=None):
@@ -212,8 +228,8 @@ class SerialTransport(Transport):
             m = pattern.search(self._console)
             if m:
                 self._rtt = min(self._rtt, time.monotonic() - (deadline - wait))
-                rc, out = int(m.group(1)), bytes(self._console[:m.start()])
-                del self._console[:m.end()]
+                rc, out = int(m.group(1)), bytes(self._console[: m.start()])
+                del self._console[: m.end()]
                 return rc, out
             self._check_login(step)
         raise self._no_answer(step, wait)
@@ -237,8 +253,11 @@ class SerialTransport(Transport):
                 found = (int(m.group(1)), int(m.group(2)), m.group(3).decode("utf-8", "replace"))
                 break
         if not found:
-            raise self._error(step, f"no {python or 'python3 or python'} on the device's PATH: the serial endpoint "
-                              "and the agent need Python 3.7+ there")
+            raise self._error(
+                step,
+                f"no {python or 'python3 or python'} on the device's PATH: the serial endpoint "
+                "and the agent need Python 3.7+ there",
+            )
         if found[:2] < (3, 7):
             raise self._error(step, f"{found[2]} is Python {found[0]}.{found[1]}; edgekit needs 3.7 or newer")
         py = shlex.quote(found[2] or python or "python3")
@@ -251,8 +270,11 @@ class SerialTransport(Transport):
         rc, out = self._shell(REMOTE_DIR, step)
         m = re.search(rb"EK_DIR=([KT])\|(/[^|\r\n]*)\|", out)
         if rc != 0 or not m:
-            raise self._error(step, "no private directory for it on the device: $HOME/.cache/edgekit/serial cannot "
-                              "be created and mktemp -d failed. Set HOME to a writable directory for the console's user")
+            raise self._error(
+                step,
+                "no private directory for it on the device: $HOME/.cache/edgekit/serial cannot "
+                "be created and mktemp -d failed. Set HOME to a writable directory for the console's user",
+            )
         remote_dir = m.group(2).decode("utf-8", "replace")
         self._fresh_dir = remote_dir if m.group(1) == b"T" else None
         self.endpoint_path = f"{remote_dir}/edgekit-serial-{digest[:16]}.py"
@@ -263,10 +285,13 @@ class SerialTransport(Transport):
             for attempt in (1, 2):
                 self._shell(f"rm -f {b64}", step)
                 for i in range(0, len(packed), CHUNK):
-                    rc, _ = self._shell(f"printf %s '{packed[i:i + CHUNK]}' >>{b64}", step)
+                    rc, _ = self._shell(f"printf %s '{packed[i : i + CHUNK]}' >>{b64}", step)
                     if rc != 0:
-                        raise self._error(step, f"writing {self.endpoint_path}.b64 on the device failed (exit {rc}): "
-                                          "is its file system full?")
+                        raise self._error(
+                            step,
+                            f"writing {self.endpoint_path}.b64 on the device failed (exit {rc}): "
+                            "is its file system full?",
+                        )
                 rc, _ = self._shell(f"{py} -c '{DECODE}' {b64} {remote} {digest}", step)
                 if rc == 0:
                     break
@@ -279,11 +304,20 @@ class SerialTransport(Transport):
         byte_time = 0.0 if self.pty else 10.0 / self.baud
         rto = max(proto.MIN_RTO, 4 * self._rtt)
         cleanup = f"; rm -rf {shlex.quote(self._fresh_dir)}" if self._fresh_dir else ""
-        self._write_console(f"stty raw -echo 2>/dev/null; {py} -c '{LOADER}' {remote} {digest} {rto:.3f} "
-                            f"{byte_time:.9f}; stty sane 2>/dev/null{cleanup}\n".encode(), step)
-        self.link = proto.Link(self._link_read, self._link_write, None, initial_rto=rto, byte_time=byte_time,
-                               lost_hint=f"; check the cable and that {self.baud} baud is right",
-                               on_dead=self._on_dead)
+        self._write_console(
+            f"stty raw -echo 2>/dev/null; {py} -c '{LOADER}' {remote} {digest} {rto:.3f} "
+            f"{byte_time:.9f}; stty sane 2>/dev/null{cleanup}\n".encode(),
+            step,
+        )
+        self.link = proto.Link(
+            self._link_read,
+            self._link_write,
+            None,
+            initial_rto=rto,
+            byte_time=byte_time,
+            lost_hint=f"; check the cable and that {self.baud} baud is right",
+            on_dead=self._on_dead,
+        )
         self.mux.attach(self.link)
         self.link.start()
         try:
@@ -293,10 +327,14 @@ class SerialTransport(Transport):
             if self.link.dead:
                 raise
             if "EK_BAD_ENDPOINT" in junk:
-                raise self._error(step, f"{self.endpoint_path} changed on the device after it was checked, so it "
-                                  "was not run. Something else writes there: check the device") from None
-            raise self._error(step, f"it did not answer within {self.timeout + 10:.0f} s; "
-                              f"the console said: {junk!r}") from None
+                raise self._error(
+                    step,
+                    f"{self.endpoint_path} changed on the device after it was checked, so it "
+                    "was not run. Something else writes there: check the device",
+                ) from None
+            raise self._error(
+                step, f"it did not answer within {self.timeout + 10:.0f} s; the console said: {junk!r}"
+            ) from None
         if op != proto.HELLO:
             raise self._error(step, f"unexpected first message {op}")
         import json
@@ -377,8 +415,9 @@ class SerialTransport(Transport):
             self._free_channel(chan)
         if result.get("timed_out"):
             raise TransportError(f"serial {self.port}: {argv[0]} did not finish within {timeout} s")
-        return CommandResult(result["rc"], b"".join(out).decode("utf-8", "replace"),
-                             b"".join(err).decode("utf-8", "replace"))
+        return CommandResult(
+            result["rc"], b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
+        )
 
     def put_file(self, local, remote, progress=None):
         remote = str(remote)
@@ -388,8 +427,12 @@ class SerialTransport(Transport):
         digest = proto.file_sha256(local)
         chan = self._new_channel()
         try:
-            self._send(proto.PUT_OPEN, chan, {"path": remote, "size": size, "sha256": digest,
-                                              "mode": os.stat(local).st_mode & 0o777}, step)
+            self._send(
+                proto.PUT_OPEN,
+                chan,
+                {"path": remote, "size": size, "sha256": digest, "mode": os.stat(local).st_mode & 0o777},
+                step,
+            )
             op, body = self._wait(chan, step, 60)
             state = self._json(body)
             if op != proto.PUT_STATE or "error" in state:

@@ -101,22 +101,35 @@ class SSHTransport(Transport):
         accept_new = strict in ("no", "off", "accept-new")
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
         try:
-            client.connect(self.host, self.port, username=self.user, key_filename=keys or None, timeout=timeout,
-                           banner_timeout=timeout, auth_timeout=timeout, allow_agent=True, look_for_keys=not keys)
+            client.connect(
+                self.host,
+                self.port,
+                username=self.user,
+                key_filename=keys or None,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                allow_agent=True,
+                look_for_keys=not keys,
+            )
         except paramiko.BadHostKeyException as e:
             raise TransportError(
                 f"{self.description}: the host key does not match known_hosts (expected {e.expected_key.get_base64()[:20]}..., "
                 f"got {e.key.get_base64()[:20]}...). The device was reinstalled, or someone is in the middle. "
-                "Verify it, then update known_hosts (ssh-keygen -R HOST).") from None
+                "Verify it, then update known_hosts (ssh-keygen -R HOST)."
+            ) from None
         except paramiko.AuthenticationException as e:
-            raise TransportError(f"{self.description}: authentication failed ({e}); install your public key on the device "
-                                 "(ssh-copy-id) or pass --ssh-key") from None
+            raise TransportError(
+                f"{self.description}: authentication failed ({e}); install your public key on the device "
+                "(ssh-copy-id) or pass --ssh-key"
+            ) from None
         except paramiko.SSHException as e:
             if "not found in known_hosts" in str(e):
                 raise TransportError(
                     f"{self.description}: the host key is not in known_hosts, so the device cannot be verified. "
                     f"Check its fingerprint, then add it: ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts "
-                    "(or connect once with ssh).") from None
+                    "(or connect once with ssh)."
+                ) from None
             raise TransportError(f"{self.description}: SSH error: {e}") from None
         except OSError as e:
             raise TransportError(f"cannot connect to {self.description}: {e.strerror or e}") from None

@@ -88,8 +88,13 @@ class AgentClient(object):
             body = json.dumps(body).encode("utf-8")
         if length is None:
             length = len(body) if body is not None else 0
-        head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (self.host, self.port),
-                "Content-Type: " + content_type, "Accept: application/json", "Content-Length: %d" % length]
+        head = [
+            "%s %s HTTP/1.1" % (method, path),
+            "Host: %s:%d" % (self.host, self.port),
+            "Content-Type: " + content_type,
+            "Accept: application/json",
+            "Content-Length: %d" % length,
+        ]
         if self.token:
             head.append("Authorization: Bearer " + self.token)
         head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
@@ -131,13 +136,15 @@ class AgentClient(object):
 
     def load(self, name, threads=None, providers=None, warmup=None):
         """Load (or reload) the current version and run ``warmup`` inferences (default: the agent's setting)."""
-        return self.request("POST", "/v1/models/%s/load" % name,
-                            {"threads": threads, "providers": providers, "warmup": warmup})
+        return self.request(
+            "POST", "/v1/models/%s/load" % name, {"threads": threads, "providers": providers, "warmup": warmup}
+        )
 
     def annotate(self, request_id, pre_ms=None, post_ms=None):
         """Record the pre/post-processing time the app spent around a request (id from ``infer(with_meta=True)``)."""
-        return self.request("POST", "/v1/telemetry/annotate",
-                            {"request_id": request_id, "pre_ms": pre_ms, "post_ms": post_ms})
+        return self.request(
+            "POST", "/v1/telemetry/annotate", {"request_id": request_id, "pre_ms": pre_ms, "post_ms": post_ms}
+        )
 
     def metrics(self):
         """The Prometheus text exposition."""
@@ -148,8 +155,9 @@ class AgentClient(object):
 
     def infer(self, name, inputs, with_meta=False):
         """``inputs``: ``{name: ndarray}``; returns ``{name: ndarray}`` (and the response header)."""
-        data, ctype = self.request("POST", "/v1/models/%s/infer" % name, encode_tensors(inputs),
-                                   content_type=CONTENT_TYPE, raw=True)
+        data, ctype = self.request(
+            "POST", "/v1/models/%s/infer" % name, encode_tensors(inputs), content_type=CONTENT_TYPE, raw=True
+        )
         outputs, header = decode_tensors(data)
         return (outputs, header) if with_meta else outputs
 
@@ -174,10 +182,20 @@ class AgentClient(object):
     def put_file(self, name, version, filename, data, length=None, offset=0):
         """Send one bundle file (or its rest from ``offset``): ``data`` is bytes, or a file object with ``length``."""
         query = "?offset=%d" % offset if offset else ""
-        return self.request("PUT", "/v1/bundles/%s/%s/files/%s%s" % (name, version, filename, query), data,
-                            content_type="application/octet-stream", timeout=max(self.timeout, 300), length=length)
+        return self.request(
+            "PUT",
+            "/v1/bundles/%s/%s/files/%s%s" % (name, version, filename, query),
+            data,
+            content_type="application/octet-stream",
+            timeout=max(self.timeout, 300),
+            length=length,
+        )
 
     def commit(self, name, version, verify=False):
         """Install an uploaded version; with ``verify`` the agent first checks it loads and runs on the device."""
-        return self.request("POST", "/v1/bundles/%s/%s/commit" % (name, version), {"verify": bool(verify)},
-                            timeout=max(self.timeout, 330))
+        return self.request(
+            "POST",
+            "/v1/bundles/%s/%s/commit" % (name, version),
+            {"verify": bool(verify)},
+            timeout=max(self.timeout, 330),
+        )

@@ -29,7 +29,9 @@ def encode_tensors(tensors, meta=None):
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
         data = a.tobytes()
-        entries.append({"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "offset": offset, "nbytes": len(data)})
+        entries.append(
+            {"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "offset": offset, "nbytes": len(data)}
+        )
         chunks.append(data)
         offset += len(data)
     header = dict(meta or {})
@@ -48,11 +50,11 @@ def decode_tensors(body):
     if 8 + hlen > len(body):
         raise WireError("header length exceeds the body")
     try:
-        header = json.loads(body[8:8 + hlen].decode("utf-8"))
+        header = json.loads(body[8 : 8 + hlen].decode("utf-8"))
         entries = header["tensors"]
     except (ValueError, KeyError, TypeError):
         raise WireError("tensor header is not valid JSON with a 'tensors' list")
-    payload = memoryview(body)[8 + hlen:]
+    payload = memoryview(body)[8 + hlen :]
     out = {}
     for e in entries:
         try:
@@ -69,7 +71,7 @@ def decode_tensors(body):
             count *= d
         if count * np.dtype(dtype).itemsize != nbytes or offset < 0 or offset + nbytes > len(payload):
             raise WireError("tensor %r: shape %s and dtype %s do not match its %d bytes" % (name, shape, dtype, nbytes))
-        out[name] = np.frombuffer(payload[offset:offset + nbytes], dtype=dtype).reshape(shape).copy()
+        out[name] = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
     return out, header
 
 
