@@ -75,7 +75,9 @@ def test_ppocr_int8_within_one_point(tmp_path, ppocr_split, backend):
         calib=calib,
         val=val,
         input_shapes=["x=1,3,48,192"],
-        budget=Budget.parse("1pt", max_evaluations=4),
+        # all-INT8 is within a point or two of FP32 here, depending on the runtime and quantizer versions (OpenVINO
+        # 2026.4 + NNCF 3.4: 2 pt); the doubling search reaches 8 float layers on its 5th evaluation
+        budget=Budget.parse("1pt", max_evaluations=6),
     )
     mp = _check_budget_report(r, "accuracy")
     assert mp["final"]["accuracy_drop"] <= 1.0 and mp["final"]["accuracy_reference"] > 85.0
