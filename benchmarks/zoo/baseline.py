@@ -44,6 +44,7 @@ def build_once(model: Path, timeout: int) -> dict[str, object]:
             "-o",
             f"{tmp}/b",
             "--no-cache",
+            "--json",
         ]
         start = time.monotonic()
         try:
@@ -52,9 +53,27 @@ def build_once(model: Path, timeout: int) -> dict[str, object]:
             return {"status": "timeout", "rc": None, "message": f"no result after {timeout} s", "seconds": timeout}
         seconds = round(time.monotonic() - start, 1)
         out = proc.stderr + "\n" + proc.stdout
-        status = "built" if proc.returncode == 0 else "failed"
-        message = "" if proc.returncode == 0 else first_error_line(out)
-        return {"status": status, "rc": proc.returncode, "message": message, "seconds": seconds}
+        if proc.returncode != 0:
+            return {"status": "failed", "rc": proc.returncode, "message": first_error_line(out), "seconds": seconds}
+        return {"status": built_summary(proc.stdout), "rc": 0, "message": step_line(proc.stderr), "seconds": seconds}
+
+
+def built_summary(report_json: str) -> str:
+    """'built ort fp32' from the build report (--json), or plain 'built' if it cannot be read."""
+    try:
+        report = json.loads(report_json)
+    except json.JSONDecodeError:
+        return "built"
+    return f"built {report.get('backend', '?')} {report.get('precision', '?')}"
+
+
+def step_line(log: str) -> str:
+    """The fidelity line of the kept build step (what the gate measured), from the build log."""
+    lines = [ln.strip() for ln in log.splitlines() if " ok - " in ln or ": ok" in ln]
+    if not lines:
+        return ""
+    parts = lines[-1].split("; ")
+    return parts[0] + (f" (+{len(parts) - 1} more outputs)" if len(parts) > 1 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cache = zoo_dir(args.cache)
     results: dict[str, dict[str, object]] = {}
-    print("| model | naive `edgekit build --profile host` | first line of the error | s |")
+    print("| model | naive `edgekit build --profile host` | first line of the error, or the kept step's fidelity | s |")
     print("| --- | --- | --- | --- |")
     for entry in load_catalogue()[0]:
         if args.only and entry.name not in args.only:

@@ -194,10 +194,10 @@ def isnet(run: Runner, e: Entry, cache: Path) -> str:
     mask = run(input=D.isnet_input(img))[0][0, 0]
     fg = mask > e.decoder["threshold"]
     h, w = mask.shape
-    centre, corner = mask[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4].mean(), mask[: h // 8, : w // 8].mean()
+    centre, corner = mask[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4].mean(), mask[: h // 8, -w // 8 :].mean()
     return (
-        f"chelsea.png (cat filling the frame, dark background top-left): foreground {100 * fg.mean():.0f}%, "
-        f"mean mask centre {centre:.2f}, top-left corner {corner:.2f}"
+        f"chelsea.png (cat filling the frame, dark background top-right): foreground {100 * fg.mean():.0f}%, "
+        f"mean mask centre {centre:.2f}, top-right corner {corner:.2f}"
     )
 
 
