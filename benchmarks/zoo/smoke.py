@@ -330,6 +330,27 @@ def romanizer_dec(run: Runner, e: Entry, cache: Path) -> str:
     return "greedy: " + "; ".join(res)
 
 
+KHMER = ["ខ្ញុំស្រឡាញ់ប្រទេសកម្ពុជា", "សួស្តី"]
+
+
+def khmersm(run: Runner, e: Entry, cache: Path) -> str:
+    config = json.loads((cache / "models" / f"{e.name}.extras" / "config.json").read_text(encoding="utf-8"))
+    id2tag = {v: k for k, v in config["tag2id"].items()}
+    crf = [
+        np.asarray(config[k], np.float32) for k in ("crf_transitions", "crf_start_transitions", "crf_end_transitions")
+    ]
+    res = []
+    for text in KHMER:
+        x = np.asarray([[config["char2id"].get(ch, 1) for ch in text]], np.int64)
+        emissions = run(x=x, mask=np.ones_like(x, dtype=bool))[0][0]
+        tags = [id2tag[t] for t in K.viterbi(emissions, *crf)]
+        words = "".join(
+            (" | " if i and tag == "B" else "") + ch for i, (ch, tag) in enumerate(zip(text, tags, strict=True))
+        )
+        res.append(f"{len(text)} chars -> {words}")
+    return "; ".join(res)
+
+
 CHECKS: dict[str, Callable[[Runner, Entry, Path], str]] = {
     "ppocr_v4_det": ppocr_det,
     "ppocr_v4_rec": ppocr_rec,
@@ -346,6 +367,7 @@ CHECKS: dict[str, Callable[[Runner, Entry, Path], str]] = {
     "oww_melspectrogram": oww_mel,
     "oww_embedding": oww_embed,
     "oww_hey_jarvis": oww_kws,
+    "khmersm_segmenter": khmersm,
     "magika": magika,
     "romanizer_encoder": romanizer_enc,
     "romanizer_decoder": romanizer_dec,
