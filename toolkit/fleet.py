@@ -28,7 +28,6 @@ import re
 import threading
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
 
 try:
     import tomllib
@@ -36,8 +35,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from .errors import EdgekitError, TransportError
+from .transports import MODULES, parse_url
 
-SCHEMES = {"ssh": "ssh", "adb": "adb", "serial": "serial", "local": "local"}
+SCHEMES = {kind: kind for kind in MODULES}  # the URL schemes: one per transport kind (edgekit.transports.parse_url)
 FIELDS = {
     "name": str,
     "url": str,
@@ -87,56 +87,6 @@ class FleetDevice:
 
     def __repr__(self):
         return f"<FleetDevice {self.name} {self.url}>"
-
-
-# -- URLs ---------------------------------------------------------------------------
-def parse_url(url):
-    """``ssh://user@host[:port]`` | ``adb://[SERIAL]`` | ``serial:///dev/tty?baud=N`` | ``local://``
-    -> ``(kind, target, options)`` for :func:`edgekit.transports.connect`."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ValueError(
-            f"{url!r} is not a device URL; use ssh://USER@HOST[:PORT], adb://SERIAL, "
-            "serial:///dev/ttyUSB0?baud=115200 or local://"
-        )
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r} in {url!r}; use one of: {', '.join(s + '://' for s in SCHEMES)}")
-    parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    if scheme == "local":
-        if parts.netloc or parts.path not in ("", "/") or query:
-            raise ValueError(f"{url!r}: local:// takes no host, path or options")
-        return "local", None, {}
-    if scheme == "ssh":
-        if query or parts.path not in ("", "/"):
-            raise ValueError(f"{url!r}: ssh:// takes only USER@HOST[:PORT]; put keys in the entry's key/known_hosts")
-        host = parts.hostname
-        if not host:
-            raise ValueError(f"{url!r} has no host; use ssh://USER@HOST[:PORT]")
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"{url!r} has a bad port; use ssh://USER@HOST[:PORT]") from None
-        host = f"[{host}]" if ":" in host else host
-        target = (f"{unquote(parts.username)}@" if parts.username else "") + host + (f":{port}" if port else "")
-        return "ssh", target, {}
-    if scheme == "adb":
-        if query or parts.path not in ("", "/"):
-            raise ValueError(f"{url!r}: adb:// takes only a serial (adb://SERIAL), or nothing for the only device")
-        return "adb", unquote(parts.netloc) or None, {}
-    # serial:///dev/ttyUSB0?baud=115200
-    if parts.netloc:
-        raise ValueError(f"{url!r}: write the port as a path, serial:///dev/ttyUSB0 (three slashes)")
-    if not parts.path or parts.path == "/":
-        raise ValueError(f"{url!r} names no serial port; use serial:///dev/ttyUSB0?baud=115200")
-    options = {}
-    for k, v in query.items():
-        if k != "baud":
-            raise ValueError(f"{url!r}: unknown option {k!r} (serial:// takes ?baud=N)")
-        if not v.isdigit() or int(v) <= 0:
-            raise ValueError(f"{url!r}: baud must be a positive integer, not {v!r}")
-        options["baud"] = int(v)
-    return "serial", unquote(parts.path), options
 
 
 # -- inventory ----------------------------------------------------------------------
@@ -288,29 +238,15 @@ class _Job:
         self.done = threading.Event()
         self.lock = threading.Lock()
 
-    def set_step(self, step):
-        self.step = step
+    def on_step(self, step):
+        """The device's ``step`` hook: record the step; past the deadline, refuse to start it."""
+        with self.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
+            if self.abandoned:
+                raise TransportError(f"given up after its deadline, before {step}")
+            self.step = step
 
-    def track(self, device):
-        """Record each step the device takes (its method names are the deployer's interface)."""
-        job = self
-
-        def wrap(method, label):
-            def tracked(*args, **kwargs):
-                step = label(*args) if callable(label) else label
-                with job.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
-                    if job.abandoned:
-                        raise TransportError(f"given up after its deadline, before {step}")
-                    job.step = step
-                return method(*args, **kwargs)
-
-            return tracked
-
-        device.probe = wrap(device.probe, "probing the device's Python")
-        device.ensure_agent = wrap(device.ensure_agent, "starting the agent")
-        device.call = wrap(device.call, lambda step, *a: step)
-        t = device.transport
-        t.put_file = wrap(t.put_file, lambda local, remote, *a: f"copying {os.path.basename(str(remote))}")
+    def attach(self, device):
+        """The device this job works on, closed by :meth:`abandon`; an already abandoned job closes it now."""
         with self.lock:
             self.device = device
             abandoned = self.abandoned
@@ -366,7 +302,7 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
     fd = job.fd
     job.started = time.perf_counter()
     try:
-        job.set_step("connecting")
+        job.on_step("connecting")
         # local:// runs a tool-environment backend under its Python
         dev = open_device(
             fd.kind,
@@ -375,10 +311,11 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
             device_python=fd.python,
             device_root=fd.root,
             backend=backend if fd.kind == "local" else None,
+            hooks={"step": [job.on_step]},
             **fd.options,
         )
         try:
-            job.track(dev)
+            job.attach(dev)
             fn = deploy if action == "deploy" else bench
             report = fn(bundle_dir, dev, **kwargs)
         finally:

@@ -19,9 +19,10 @@ import socket
 import struct
 import subprocess
 import time
+from urllib.parse import unquote
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Transport
+from .base import AddressError, CommandResult, Flag, Transport
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5037
 _SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA block
@@ -135,6 +136,24 @@ def _adb_errors():
 
 class ADBTransport(Transport):
     name = "adb"
+    url_form = "adb://SERIAL"
+    selector = Flag(
+        "--adb",
+        "",
+        "an Android device through the adb server (the only one attached, or SERIAL; deploy: all)",
+        metavar="SERIAL",
+    )
+    selector_optional = True
+
+    @classmethod
+    def parse_address(cls, address, query, url):
+        if query or address.rstrip("/").count("/"):
+            raise AddressError(f"{url!r}: adb:// takes only a serial (adb://SERIAL), or nothing for the only device")
+        return unquote(address.rstrip("/")) or None, {}
+
+    @classmethod
+    def availability(cls):
+        return availability()
 
     def __init__(self, target=None):
         if target == "all":

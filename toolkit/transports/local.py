@@ -2,15 +2,29 @@
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..errors import TransportError
-from .base import CommandResult, Transport
+from .base import AddressError, CommandResult, Flag, Transport
 
 
 class LocalTransport(Transport):
     name = "local"
+    url_form = "local://"
+    selector = Flag("--local", "", "this machine is the device (default)")
+    is_host = True
     description = "local"
+
+    @classmethod
+    def parse_address(cls, address, query, url):
+        if address not in ("", "/") or query:
+            raise AddressError(f"{url!r}: local:// takes no host, path or options")
+        return None, {}
+
+    @classmethod
+    def availability(cls):
+        return {"ok": True, "detail": f"agent runs with {sys.executable}"}
 
     @classmethod
     def open(cls, target=None, **options):

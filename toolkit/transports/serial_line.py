@@ -24,11 +24,12 @@ import threading
 import time
 import zlib
 from importlib import resources
+from urllib.parse import unquote
 
 from edgekit_agent import serial_endpoint as proto
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Forwarder, Transport
+from .base import AddressError, CommandResult, Flag, Forwarder, Transport
 
 # The endpoint's directory on the device: private to the device user, never a shared name in /tmp.
 REMOTE_DIR = (
@@ -83,6 +84,46 @@ class _HostMux(proto.Mux):
 
 class SerialTransport(Transport):
     name = "serial"
+    url_form = "serial:///dev/ttyUSB0?baud=115200"
+    selector = Flag("--serial", "", "a board on a serial line, e.g. /dev/ttyUSB0", metavar="PORT")
+    flags = (
+        Flag(
+            "--baud",
+            "baud",
+            "--serial line speed (default 115200)",
+            type=int,
+            alone="sets the line speed of --serial PORT",
+            in_fleet="give each serial device its rate in the inventory's url (serial:///dev/ttyUSB0?baud=115200)",
+        ),
+    )
+    wants_python = True  # the line endpoint runs with the same interpreter as the agent
+
+    @classmethod
+    def parse_address(cls, address, query, url):
+        if address and not address.startswith("/"):
+            raise AddressError(f"{url!r}: write the port as a path, serial:///dev/ttyUSB0 (three slashes)")
+        if not address or address == "/":
+            raise AddressError(f"{url!r} names no serial port; use serial:///dev/ttyUSB0?baud=115200")
+        options = {}
+        for k, v in query.items():
+            if k != "baud":
+                raise AddressError(f"{url!r}: unknown option {k!r} (serial:// takes ?baud=N)")
+            if not v.isdigit() or int(v) <= 0:
+                raise AddressError(f"{url!r}: baud must be a positive integer, not {v!r}")
+            options["baud"] = int(v)
+        return unquote(address), options
+
+    @classmethod
+    def availability(cls):
+        try:
+            import serial
+        except ImportError:
+            return {"ok": False, "detail": "pyserial is not installed: pip install 'edgekit[serial]'"}
+        return {
+            "ok": True,
+            "detail": f"pyserial {serial.__version__}; the device needs a logged-in shell on the console "
+            "and Python 3.7+",
+        }
 
     def __init__(self, target, baud=115200, python=None, timeout=10.0):
         if not target:
@@ -282,7 +323,7 @@ class SerialTransport(Transport):
         rc, _ = self._shell(f"{py} -c '{CHECK}' {remote} {digest} 2>/dev/null", step)
         if rc != 0:
             packed = base64.b64encode(zlib.compress(source, 9)).decode()
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 self._shell(f"rm -f {b64}", step)
                 for i in range(0, len(packed), CHUNK):
                     rc, _ = self._shell(f"printf %s '{packed[i : i + CHUNK]}' >>{b64}", step)
