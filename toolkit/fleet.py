@@ -35,7 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from .errors import EdgekitError, TransportError
-from .transports import MODULES, parse_url
+from .transports import MODULES, all_transports, parse_url, transport_class
 
 SCHEMES = {kind: kind for kind in MODULES}  # the URL schemes: one per transport kind (edgekit.transports.parse_url)
 FIELDS = {
@@ -45,14 +45,13 @@ FIELDS = {
     "tags": list,
     "python": str,
     "root": str,
-    "key": str,
-    "known_hosts": str,
-    "ssh_config": str,
+    # a transport's options a device entry carries (host paths: key, known_hosts, ssh_config), from its Flags
+    **{f.inventory: str for cls in all_transports().values() for f in cls.flags if f.inventory},
     "connect_timeout": (int, float),
     "device_timeout": (int, float),
 }
 DEFAULTS_FIELDS = set(FIELDS) - {"name", "url"}
-HOST_PATHS = ("key", "known_hosts", "ssh_config")
+HOST_PATHS = tuple(f.inventory for cls in all_transports().values() for f in cls.flags if f.inventory)
 DEFAULT_JOBS = 8
 DEFAULT_DEVICE_TIMEOUT = 300.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -162,25 +161,25 @@ def parse_inventory(data, path="inventory", base_dir=None):
                 if not (p.exists() if key == "ssh_config" else p.is_file()):  # ssh_config may be /dev/null
                     raise InventoryError(f"{path}: {where}: field {key!r}: no such file {p}")
                 e[key] = str(p)
-        ssh_only = [k for k in HOST_PATHS if k in entry]
-        if ssh_only and kind != "ssh":
-            raise InventoryError(f"{path}: {where}: field {ssh_only[0]!r} applies to ssh:// devices only")
-        if "connect_timeout" in entry and kind in ("adb", "local"):  # from [defaults] it applies where it can
-            why = (
-                "the adb server holds the connection"
-                if kind == "adb"
-                else "local:// is this machine, there is nothing to connect to"
-            )
+        cls = transport_class(kind)
+        own = {f.inventory: f.key for f in cls.flags if f.inventory}
+        foreign = [k for k in HOST_PATHS if k in entry and k not in own]
+        if foreign:
+            owners = [
+                f"{c.name}://" for c in all_transports().values() if any(f.inventory == foreign[0] for f in c.flags)
+            ]
             raise InventoryError(
-                f"{path}: {where}: field 'connect_timeout' applies to ssh:// and serial:// devices "
-                f"only ({why}); use device_timeout to bound the whole run"
+                f"{path}: {where}: field {foreign[0]!r} applies to {' and '.join(owners)} devices only"
             )
-        if kind == "serial" and "connect_timeout" in e:
-            options["timeout"] = float(e["connect_timeout"])
-        if kind == "ssh":
-            options = {"key_file": e.get("key"), "ssh_config": e.get("ssh_config"), "known_hosts": e.get("known_hosts")}
-            if "connect_timeout" in e:
-                options["timeout"] = float(e["connect_timeout"])
+        if "connect_timeout" in entry and not cls.connect_timeout:  # from [defaults] it applies where it can
+            timed = [f"{c.name}://" for c in all_transports().values() if c.connect_timeout]
+            raise InventoryError(
+                f"{path}: {where}: field 'connect_timeout' applies to {' and '.join(timed)} devices "
+                f"only ({cls.no_connect_timeout}); use device_timeout to bound the whole run"
+            )
+        options.update({key: e.get(field) for field, key in own.items()})
+        if cls.connect_timeout and "connect_timeout" in e:
+            options[cls.connect_timeout] = float(e["connect_timeout"])
         devices.append(
             FleetDevice(
                 name,

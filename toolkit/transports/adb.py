@@ -144,6 +144,7 @@ class ADBTransport(Transport):
         metavar="SERIAL",
     )
     selector_optional = True
+    no_connect_timeout = "the adb server holds the connection"
 
     @classmethod
     def parse_address(cls, address, query, url):

@@ -39,7 +39,8 @@ class Flag:
 
     ``key`` is the keyword :meth:`Transport.open` receives. ``alone``: when given without the transport's own
     flag, the option is refused with this reason (e.g. ``sets the line speed of --serial PORT``). ``in_fleet``:
-    why it cannot be combined with ``--fleet`` (where each inventory entry carries it)."""
+    why it cannot be combined with ``--fleet`` (where each inventory entry carries it). ``inventory``: the
+    field of a fleet inventory entry that carries it (a path on the host, relative to the inventory file)."""
 
     flag: str
     key: str
@@ -48,6 +49,7 @@ class Flag:
     type: Callable[[str], Any] = str
     alone: str | None = None
     in_fleet: str = "put it in the inventory's [[device]] entries (or its [defaults])"
+    inventory: str | None = None
 
 
 class Address(NamedTuple):
@@ -147,6 +149,10 @@ class Transport(abc.ABC):
     flags: ClassVar[tuple[Flag, ...]] = ()
     is_host: ClassVar[bool] = False
     wants_python: ClassVar[bool] = False
+    #: the :meth:`open` keyword that bounds getting the connection (a fleet entry's ``connect_timeout``), or None
+    connect_timeout: ClassVar[str | None] = None
+    #: why a kind without ``connect_timeout`` has none (said when an inventory entry gives one)
+    no_connect_timeout: ClassVar[str] = "it has no connection to time out"
 
     #: how the device is named in messages, e.g. "ssh pi@10.0.0.5:22" or "local"
     description = ""

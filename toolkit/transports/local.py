@@ -14,6 +14,7 @@ class LocalTransport(Transport):
     url_form = "local://"
     selector = Flag("--local", "", "this machine is the device (default)")
     is_host = True
+    no_connect_timeout = "local:// is this machine, there is nothing to connect to"
     description = "local"
 
     @classmethod

@@ -97,6 +97,7 @@ class SerialTransport(Transport):
         ),
     )
     wants_python = True  # the line endpoint runs with the same interpreter as the agent
+    connect_timeout = "timeout"
 
     @classmethod
     def parse_address(cls, address, query, url):

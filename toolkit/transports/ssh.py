@@ -80,10 +80,21 @@ class SSHTransport(Transport):
     url_form = "ssh://USER@HOST[:PORT]"
     selector = Flag("--ssh", "", "a device reached over SSH", metavar="[USER@]HOST[:PORT]")
     flags = (
-        Flag("--ssh-key", "key_file", "private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)"),
-        Flag("--ssh-config", "ssh_config", "ssh client config file (default ~/.ssh/config)"),
-        Flag("--known-hosts", "known_hosts", "extra known_hosts file to verify the device's host key against"),
+        Flag(
+            "--ssh-key",
+            "key_file",
+            "private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)",
+            inventory="key",
+        ),
+        Flag("--ssh-config", "ssh_config", "ssh client config file (default ~/.ssh/config)", inventory="ssh_config"),
+        Flag(
+            "--known-hosts",
+            "known_hosts",
+            "extra known_hosts file to verify the device's host key against",
+            inventory="known_hosts",
+        ),
     )
+    connect_timeout = "timeout"
 
     @classmethod
     def parse_address(cls, address, query, url):
