@@ -27,6 +27,7 @@ from typing import Any
 from . import agent_package, profiles
 from .cache import cache_root
 from .errors import AgentError, EdgekitError, TransportError
+from .suggest import did_you_mean
 from .transports import Transport, connect, transport_class
 
 PROBE = (
@@ -216,13 +217,25 @@ class Device:
         return install(self, bundle_dir, manifest, progress=progress, log=log)
 
     def rollback(self, name: str, version: str | None = None) -> dict[str, Any]:
-        return self.call(f"rolling back {name}", self.client.rollback, name, version)
+        return self._on_model(f"rolling back {name}", self.client.rollback, name, version)
 
     def models(self) -> list[dict[str, Any]]:
         return self.call("listing models", self.client.models)
 
     def remove(self, name: str) -> dict[str, Any]:
-        return self.call(f"removing {name}", self.client.remove, name)
+        return self._on_model(f"removing {name}", self.client.remove, name)
+
+    def _on_model(self, step: str, fn: Callable[..., Any], name: str, *args: Any) -> Any:
+        """A call about model ``name``; an unknown name is answered with the close names the device serves."""
+        try:
+            return self.call(step, fn, name, *args)
+        except AgentError as e:
+            if e.status != 404 or "unknown model" not in str(e):
+                raise
+            hint = did_you_mean(name, [m["name"] for m in self.models()])
+            if not hint:
+                raise
+            raise AgentError(f"{e}{hint}", status=e.status) from None
 
     def bench(
         self,

@@ -7,7 +7,14 @@ from collections.abc import Iterable
 
 
 def close_matches(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
-    return difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=0.7)
+    """The choices closest to ``word``: the best, and those nearly as close (not every loose resemblance)."""
+    scored = []
+    for c in {str(c) for c in choices}:
+        m = difflib.SequenceMatcher(None, str(word), c)
+        if m.real_quick_ratio() >= 0.6 and m.quick_ratio() >= 0.6 and m.ratio() >= 0.6:
+            scored.append((m.ratio(), c))
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    return [c for r, c in scored[:n] if r >= scored[0][0] - 0.05]
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

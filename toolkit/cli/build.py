@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from ..errors import EdgekitError, FidelityError
+from .options import backend_name, backend_names
 from .output import emit, logger
 
 #: ``--precision`` values (one place: the backends' capability table may derive these)
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
     s.add_argument(
         "--backend",
+        type=backend_name,
         help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
         "mindspore-lite (see `edgekit backends`)",
     )
@@ -69,7 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="--auto: device to measure on: local:// (default), ssh://USER@HOST[:PORT], adb://SERIAL",
     )
-    s.add_argument("--backends", metavar="B1,B2", help="--auto: only these backends (default: all the profile runs)")
+    s.add_argument(
+        "--backends",
+        type=backend_names,
+        metavar="B1,B2",
+        help="--auto: only these backends (default: all the profile runs)",
+    )
     s.add_argument("--prune-levels", metavar="R1,R2", help="--auto: pruning levels to try (default 0,0.25)")
     s.add_argument("--auto-runs", type=int, help="--auto: timed runs per round and candidate (default 50)")
     s.add_argument("--auto-rounds", type=int, help="--auto: interleaved measuring rounds (default 3)")
@@ -77,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device-root", help="--auto: agent directory on the target device")
     s.add_argument("--no-cache", action="store_true", help="convert again even if the inputs are unchanged")
     s.add_argument("--json", action="store_true", help="print the build report as one JSON object")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     s.set_defaults(func=run)
 
 
@@ -173,7 +180,7 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         input_shapes=args.input_shape,
         name=args.name,
         budget=args.budget,
-        backends=[b for b in (args.backends or "").split(",") if b] or None,
+        backends=args.backends or None,
         precisions=None if args.precision == "auto" else [args.precision],
         prune_levels=floats(args.prune_levels) if args.prune_levels else DEFAULT_PRUNE_LEVELS,
         runs=50 if args.auto_runs is None else args.auto_runs,

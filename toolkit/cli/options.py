@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from ..errors import EdgekitError
+from ..suggest import did_you_mean
 from ..transports import Flag, address_of, all_transports
 
 #: options every device command has besides the transports' own
@@ -52,9 +53,27 @@ def device_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGro
     return where
 
 
+def backend_name(text: str) -> str:
+    """An argparse ``type``: a backend this edgekit has, else a usage error naming the close ones."""
+    from ..converters import BACKEND_MODULES
+
+    if text not in BACKEND_MODULES:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {text!r}{did_you_mean(text, BACKEND_MODULES)}; "
+            f"this edgekit builds for: {', '.join(sorted(BACKEND_MODULES))}"
+        )
+    return text
+
+
+def backend_names(text: str) -> list[str]:
+    """``B1,B2`` (``--backends``): each a backend this edgekit has."""
+    return [backend_name(b.strip()) for b in text.split(",") if b.strip()]
+
+
 def backend_agent_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
+        type=backend_name,
         metavar="B",
         help="--local: the agent that runs bundles of backend B (paddlelite, "
         "mindspore-lite: under their tool environment's Python, in <device root>-B)",

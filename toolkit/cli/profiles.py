@@ -12,7 +12,7 @@ from .output import emit
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("profiles", help="list device profiles, or show one")
     s.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    s.add_argument("name", nargs="?")
+    s.add_argument("name", nargs="?", help="profile to show (show)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run)
 
