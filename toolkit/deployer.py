@@ -9,21 +9,51 @@ benchmark it there, and bring the report back.
 The device and its agent's lifecycle are :mod:`edgekit.device`; the upload is :mod:`edgekit.upload`.
 """
 
+from __future__ import annotations
+
+import contextlib
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from . import bundle as bundle_mod
 from . import profiles
-from .device import Device, open_device
+from .device import Device, device_paths, open_device
 from .errors import AgentError
+from .transports import Transport
+
+Report = dict[str, Any]
 
 
-def _annotate(report, manifest, device, prof):
+@contextlib.contextmanager
+def _device_for(device: Device | Transport | str, prof: profiles.Profile | None, backend: str) -> Iterator[Device]:
+    """A :class:`Device` for what the caller passed: a Device (used as it is), a connected transport (the agent's
+    Python and root from the profile, as :func:`open_device` picks them; the caller keeps closing the transport),
+    or a transport kind (opened here and closed afterwards)."""
+    if isinstance(device, Device):
+        yield device
+    elif isinstance(device, Transport):
+        python, root = device_paths(type(device), prof, None, None, backend)
+        dev = Device(device, python=python, root=root)
+        try:
+            yield dev
+        finally:
+            if dev.client is not None:
+                dev.client.close()
+    else:
+        with open_device(device, profile=prof, backend=backend) as dev:
+            yield dev
+
+
+def _annotate(report: Report, manifest: dict[str, Any], device: Device, prof: profiles.Profile | None) -> Report:
     report["profile"] = manifest["profile"]
     report["transport"] = device.transport.description
+    state = device.state or {}
     report["agent"] = {
-        "version": device.state.get("version"),
-        "pid": device.state.get("pid"),
-        "port": device.state.get("port"),
+        "version": state.get("version"),
+        "pid": state.get("pid"),
+        "port": state.get("port"),
         "root": device.root,
     }
     warnings = list(report.get("warnings", []))
@@ -42,37 +72,54 @@ def _annotate(report, manifest, device, prof):
     return report
 
 
-def _threads(prof, device, threads):
+def _threads(prof: profiles.Profile | None, device: Device, threads: int | None) -> int:
     if threads:
         return threads
-    cores = device.info.get("cpu_count") or 1
+    cores = (device.info or {}).get("cpu_count") or 1
     return min(prof.threads, cores) if prof else cores
 
 
-def bundle_profile(manifest):
+def bundle_profile(manifest: dict[str, Any]) -> profiles.Profile | None:
     """The profile a bundle was built for, as recorded in its manifest (no profile file needed)."""
     if manifest.get("profile_spec"):
         return profiles.Profile(manifest["profile"], manifest["profile_spec"], "bundle manifest")
     return profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
 
 
-def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, progress=None, log=None, bench=True):
-    """Install ``bundle_dir`` on ``device`` (a :class:`Device` or a transport kind) and benchmark it there."""
+def deploy(
+    bundle_dir: str | Path,
+    device: Device | Transport | str,
+    runs: int = 100,
+    warmup: int = 10,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+    progress: Any = None,
+    log: Any = None,
+    bench: bool = True,
+) -> Report:
+    """Install ``bundle_dir`` on ``device`` and benchmark it there (``bench=False``: install only).
+
+    ``device``: a :class:`Device` (:func:`edgekit.open_device`), a connected transport
+    (:func:`edgekit.connect`), or a transport kind such as ``"local"``."""
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
-    if isinstance(device, str):
-        with open_device(device, profile=prof, backend=manifest["backend"]) as opened:
-            return deploy(
-                bundle_dir,
-                opened,
-                runs=runs,
-                warmup=warmup,
-                threads=threads,
-                providers=providers,
-                progress=progress,
-                log=log,
-                bench=bench,
-            )
+    with _device_for(device, prof, manifest["backend"]) as dev:
+        return _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
+
+
+def _deploy(
+    device: Device,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    prof: profiles.Profile | None,
+    runs: int,
+    warmup: int,
+    threads: int | None,
+    providers: list[str] | None,
+    progress: Any,
+    log: Any,
+    bench: bool,
+) -> Report:
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
@@ -90,7 +137,7 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     return report
 
 
-def _record_lab(device, report):
+def _record_lab(device: Device, report: Report) -> None:
     """Keep the lab benchmark beside the field data of the same device, for `edgekit field report`."""
     store_id = (device.state or {}).get("health", {}).get("telemetry", {}).get("store_id")
     if not store_id:
@@ -101,10 +148,33 @@ def _record_lab(device, report):
         store.record_lab(store_id, report)
 
 
-def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, log=None):
-    """Benchmark a bundle that is already deployed on ``device`` (no upload)."""
+def bench(
+    bundle_dir: str | Path,
+    device: Device | Transport | str,
+    runs: int = 100,
+    warmup: int = 10,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+    log: Any = None,
+) -> Report:
+    """Benchmark a bundle that is already deployed on ``device`` (as for :func:`deploy`; no upload)."""
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
+    with _device_for(device, prof, manifest["backend"]) as dev:
+        return _bench(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, log)
+
+
+def _bench(
+    device: Device,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    prof: profiles.Profile | None,
+    runs: int,
+    warmup: int,
+    threads: int | None,
+    providers: list[str] | None,
+    log: Any,
+) -> Report:
     device.ensure_agent(log=log)
     models = {m["name"]: m for m in device.call("listing models", device.client.models)}
     deployed = models.get(manifest["name"])
