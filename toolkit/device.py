@@ -55,7 +55,11 @@ class Device:
     """An edgekit agent on a device, reached through a transport."""
 
     def __init__(
-        self, transport: Transport, python: str | None = None, root: str | None = None, hooks: Hooks | None = None
+        self,
+        transport: Transport,
+        python: str = "python3",
+        root: str = DEFAULT_REMOTE_ROOT,
+        hooks: Hooks | None = None,
     ) -> None:
         self.transport = transport
         self.python = python
@@ -115,7 +119,7 @@ class Device:
         major, minor = (int(x) for x in self.info["python"].split(".")[:2])
         if (major, minor) < (3, 7):
             self.fail("checking Python", f"{self.python} is Python {self.info['python']}; the agent needs 3.7 or newer")
-        if self.root and self.root.startswith("~"):
+        if self.root.startswith("~"):
             self.root = self.info["home"] + self.root[1:]
         return self.info
 

@@ -2,9 +2,10 @@
 
 import shutil
 import sys
+from typing import Any
 
 
-def doctor():
+def doctor() -> dict[str, Any]:
     from . import __version__, converters, profiles
     from .transports import all_transports
 
@@ -66,7 +67,7 @@ def doctor():
     }
 
 
-def doctor_text(d):
+def doctor_text(d: dict[str, Any]) -> str:
     lines = [f"edgekit {d['edgekit']} on Python {d['python']}"]
     h = d["host"]
     if "error" not in h:

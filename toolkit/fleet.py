@@ -27,12 +27,14 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from .errors import EdgekitError, TransportError
 from .transports import MODULES, all_transports, parse_url, transport_class
@@ -52,6 +54,7 @@ FIELDS = {
 }
 DEFAULTS_FIELDS = set(FIELDS) - {"name", "url"}
 HOST_PATHS = tuple(f.inventory for cls in all_transports().values() for f in cls.flags if f.inventory)
+Row = dict[str, Any]  # one device's result (see _row)
 DEFAULT_JOBS = 8
 DEFAULT_DEVICE_TIMEOUT = 300.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -65,13 +68,23 @@ class FleetDevice:
     """One inventory entry, validated: where the device is and how to reach it."""
 
     def __init__(
-        self, name, url, kind, target, options, profile=None, tags=(), python=None, root=None, device_timeout=None
-    ):
+        self,
+        name: str,
+        url: str,
+        kind: str,
+        target: str | None,
+        options: dict[str, Any],
+        profile: str | None = None,
+        tags: Iterable[str] = (),
+        python: str | None = None,
+        root: str | None = None,
+        device_timeout: float | None = None,
+    ) -> None:
         self.name, self.url, self.kind, self.target, self.options = name, url, kind, target, dict(options)
         self.profile, self.tags, self.python, self.root = profile, list(tags), python, root
         self.device_timeout = device_timeout
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "url": self.url,
@@ -103,7 +116,9 @@ def _check_fields(where, entry, allowed, path):
             raise InventoryError(f"{path}: {where}: field {key!r} must be positive, not {value!r}")
 
 
-def parse_inventory(data, path="inventory", base_dir=None):
+def parse_inventory(
+    data: dict[str, Any], path: str = "inventory", base_dir: str | Path | None = None
+) -> list[FleetDevice]:
     """Validate an already-parsed inventory (a dict); return a list of :class:`FleetDevice`."""
     from . import profiles
 
@@ -123,7 +138,8 @@ def parse_inventory(data, path="inventory", base_dir=None):
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InventoryError(f"{path}: 'device' must be an array of tables: write each as [[device]]")
     base_dir = Path(base_dir) if base_dir else Path(".")
-    devices, seen = [], {}
+    devices: list[FleetDevice] = []
+    seen: dict[str, int] = {}
     for i, entry in enumerate(entries, 1):
         where = f"device #{i}" + (f" ({entry['name']!r})" if isinstance(entry.get("name"), str) else "")
         _check_fields(where, entry, set(FIELDS), path)
@@ -197,7 +213,7 @@ def parse_inventory(data, path="inventory", base_dir=None):
     return devices
 
 
-def load_inventory(path, tag=None):
+def load_inventory(path: str | Path, tag: str | None = None) -> list[FleetDevice]:
     """Read and validate a TOML inventory; keep only devices tagged ``tag`` (all if None)."""
     path = Path(path)
     try:
@@ -213,7 +229,7 @@ def load_inventory(path, tag=None):
     return select(devices, tag, str(path))
 
 
-def select(devices, tag=None, where="inventory"):
+def select(devices: list[FleetDevice], tag: str | None = None, where: str = "inventory") -> list[FleetDevice]:
     if tag is None:
         return devices
     chosen = [d for d in devices if tag in d.tags]
@@ -237,14 +253,14 @@ class _Job:
         self.done = threading.Event()
         self.lock = threading.Lock()
 
-    def on_step(self, step):
+    def on_step(self, step: str) -> None:
         """The device's ``step`` hook: record the step; past the deadline, refuse to start it."""
         with self.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
             if self.abandoned:
                 raise TransportError(f"given up after its deadline, before {step}")
             self.step = step
 
-    def attach(self, device):
+    def attach(self, device: Any) -> None:
         """The device this job works on, closed by :meth:`abandon`; an already abandoned job closes it now."""
         with self.lock:
             self.device = device
@@ -253,7 +269,7 @@ class _Job:
             device.close()
             raise TransportError("abandoned after its deadline")
 
-    def abandon(self):
+    def abandon(self) -> str:
         """Give the device up; return the step it was at. No further step starts on it; its connection is
         closed in a thread of its own (a serial line or an adb forward can take seconds to close)."""
         with self.lock:
@@ -338,8 +354,14 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
 
 
 def run_fleet(
-    action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs
-):
+    action: str,
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Deploy (``action="deploy"``) or bench a bundle on ``devices``; return one row per device, in order."""
     from . import agent_package
     from . import bundle as bundle_mod
@@ -414,26 +436,40 @@ def run_fleet(
     return [j.row for j in all_jobs]
 
 
-def deploy_fleet(bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs):
+def deploy_fleet(
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Install and benchmark ``bundle_dir`` on every device (see :func:`edgekit.deployer.deploy` for kwargs)."""
     return run_fleet("deploy", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
 
 
-def bench_fleet(bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs):
+def bench_fleet(
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Benchmark ``bundle_dir`` where it is already deployed, on every device."""
     return run_fleet("bench", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
 
 
 # -- results -----------------------------------------------------------------------
-def summary(rows, seconds=None):
+def summary(rows: list[Row], seconds: float | None = None) -> dict[str, Any]:
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "failed", "timeout")}
-    out = {"devices": len(rows), **counts}
+    out: dict[str, Any] = {"devices": len(rows), **counts}
     if seconds is not None:
         out["seconds"] = round(seconds, 3)
     return out
 
 
-def exit_code(rows):
+def exit_code(rows: list[Row]) -> int:
     """0 if every device is ok; else the code a single-device run gives for the first failed device."""
     for r in rows:
         if r["status"] != "ok":
@@ -445,7 +481,7 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def fleet_text(rows, seconds=None):
+def fleet_text(rows: list[Row], seconds: float | None = None) -> str:
     head = ("device", "url", "status", "p50 ms", "p90 ms", "accelerator", "deploy s", "total s", "step / error")
     table = []
     for r in rows:

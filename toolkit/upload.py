@@ -2,6 +2,9 @@
 switch (``commit``). Used by :meth:`edgekit.device.Device.install`."""
 
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 
 def _prefix_sha256(path, n):
@@ -22,7 +25,7 @@ class _ProgressReader:
     def __init__(self, f, name, total, progress, start=0):
         self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, start
 
-    def read(self, n=-1):
+    def read(self, n: int | None = -1) -> bytes:
         data = self.f.read(65536 if n is None or n < 0 else min(n, 65536))
         self.done += len(data)
         if self.progress and data:
@@ -30,7 +33,13 @@ class _ProgressReader:
         return data
 
 
-def install(device, bundle_dir, manifest, progress=None, log=None):
+def install(
+    device: Any,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    progress: Callable[[str, int, int], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Send what the device lacks of the bundle, then switch to it atomically.
 
     An unchanged redeploy sends one small request. Files the device already holds (same

@@ -9,6 +9,7 @@ each kind parses its own part (:meth:`Transport.parse_address`).
 """
 
 import importlib
+from typing import Any
 from urllib.parse import parse_qs
 
 from ..errors import TransportError
@@ -62,7 +63,7 @@ def address_of(kind: str, value: str | None) -> Address:
     return parse_url(f"{kind}://{value or ''}")
 
 
-def connect(kind, target=None, **options):
+def connect(kind: str, target: str | None = None, **options: Any) -> Transport:
     if kind == "local":
         return LocalTransport()
     return transport_class(kind).open(target, **options)

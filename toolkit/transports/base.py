@@ -17,6 +17,8 @@ from typing import Any, ClassVar, NamedTuple
 
 from ..errors import TransportError
 
+ProgressFn = Callable[[str, int, int], None]  # (file name, bytes done, bytes in all)
+
 
 @dataclass
 class CommandResult:
@@ -109,10 +111,10 @@ class Forwarder:
             ).start()
 
     @property
-    def alive(self):
+    def alive(self) -> bool:
         return not self.closed and self.thread.is_alive()
 
-    def close(self):
+    def close(self) -> None:
         if self.closed:
             return
         self.closed = True
@@ -158,9 +160,9 @@ class Transport(abc.ABC):
     description = ""
 
     @classmethod
-    def open(cls, target, **options):
+    def open(cls, target: str | None, **options: Any) -> "Transport":
         """Connect to ``target`` (the kind's own address form); raise TransportError if unreachable."""
-        return cls(target, **options)
+        return cls(target, **options)  # type: ignore[call-arg]  # each kind's own constructor
 
     @classmethod
     def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
@@ -174,15 +176,15 @@ class Transport(abc.ABC):
         return {"ok": True, "detail": "built in"}
 
     @abc.abstractmethod
-    def run(self, argv, timeout=120):
+    def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         """Run ``argv`` (a list) on the device; return a CommandResult."""
 
     @abc.abstractmethod
-    def put_file(self, local, remote, progress=None):
+    def put_file(self, local: Any, remote: str, progress: ProgressFn | None = None) -> None:
         """Copy a host file to a device path (written to ``remote`` + '.part', then renamed)."""
 
     @abc.abstractmethod
-    def forward(self, remote_port):
+    def forward(self, remote_port: int) -> int:
         """Make the device's 127.0.0.1:``remote_port`` reachable; return the host-side port."""
 
     def close(self) -> None:  # noqa: B027 (optional: a transport with nothing to release keeps this)

@@ -24,12 +24,13 @@ import threading
 import time
 import zlib
 from importlib import resources
+from typing import Any
 from urllib.parse import unquote
 
 from edgekit_agent import serial_endpoint as proto
 
 from ..errors import BackendUnavailable, TransportError
-from .base import AddressError, CommandResult, Flag, Forwarder, Transport
+from .base import AddressError, CommandResult, Flag, Forwarder, ProgressFn, Transport
 
 # The endpoint's directory on the device: private to the device user, never a shared name in /tmp.
 REMOTE_DIR = (
@@ -55,7 +56,7 @@ LOADER = (
 VERSION = 'import sys;print("EK_"+"PY=%d.%d|%s|" % (sys.version_info[0],sys.version_info[1],sys.executable))'
 
 
-def endpoint_source():
+def endpoint_source() -> bytes:
     return resources.files("edgekit_agent").joinpath("serial_endpoint.py").read_bytes()
 
 
@@ -76,7 +77,7 @@ class _HostMux(proto.Mux):
         super().__init__()
         self.channels = {0: queue.Queue()}
 
-    def handle(self, op, chan, body):
+    def handle(self, op: Any, chan: int, body: bytes) -> None:
         q = self.channels.get(chan)
         if q is not None:
             q.put((op, body))
@@ -100,7 +101,7 @@ class SerialTransport(Transport):
     connect_timeout = "timeout"
 
     @classmethod
-    def parse_address(cls, address, query, url):
+    def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
         if address and not address.startswith("/"):
             raise AddressError(f"{url!r}: write the port as a path, serial:///dev/ttyUSB0 (three slashes)")
         if not address or address == "/":
@@ -115,7 +116,7 @@ class SerialTransport(Transport):
         return unquote(address), options
 
     @classmethod
-    def availability(cls):
+    def availability(cls) -> dict[str, Any]:
         try:
             import serial
         except ImportError:
@@ -163,7 +164,7 @@ class SerialTransport(Transport):
 
     # -- naming ----------------------------------------------------------------
     @property
-    def description(self):
+    def description(self) -> str:  # type: ignore[override]
         d = f"serial {self.port} at {self.baud} baud"
         if self.pty:
             d += " (a pty: the baud rate does not limit it)"
@@ -435,7 +436,7 @@ class SerialTransport(Transport):
         return json.loads(body.decode("utf-8")) if body else {}
 
     # -- Transport ----------------------------------------------------------------
-    def run(self, argv, timeout=120):
+    def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         argv = [str(a) for a in argv]
         step = f"running {os.path.basename(argv[0])}"
         chan = self._new_channel()
@@ -461,7 +462,7 @@ class SerialTransport(Transport):
             result["rc"], b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
         )
 
-    def put_file(self, local, remote, progress=None):
+    def put_file(self, local: Any, remote: str, progress: ProgressFn | None = None) -> None:
         remote = str(remote)
         name = os.path.basename(remote)
         step = f"uploading {name}"
@@ -513,7 +514,7 @@ class SerialTransport(Transport):
         except queue.Empty:
             return None
 
-    def forward(self, remote_port):
+    def forward(self, remote_port: int) -> int:
         if self.link is None or self.link.dead:
             raise self._lost(f"forwarding port {remote_port}")
         remote_port = int(remote_port)
@@ -543,7 +544,7 @@ class SerialTransport(Transport):
             return
         self.mux.start_pump(chan)
 
-    def close(self):
+    def close(self) -> None:
         if self._closed:
             return
         for fw in self._forwards:

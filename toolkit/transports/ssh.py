@@ -7,10 +7,11 @@ import select
 import shlex
 import socket
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from ..errors import BackendUnavailable, TransportError
-from .base import AddressError, CommandResult, Flag, Forwarder, Transport
+from .base import AddressError, CommandResult, Flag, Forwarder, ProgressFn, Transport
 
 
 def _port(text, target):
@@ -23,7 +24,7 @@ def _port(text, target):
     return port
 
 
-def parse_target(target):
+def parse_target(target: str) -> tuple[str | None, str, int | None]:
     """``[user@]host[:port]`` -> (user, host, port)."""
     whole = target
     user = None
@@ -97,7 +98,7 @@ class SSHTransport(Transport):
     connect_timeout = "timeout"
 
     @classmethod
-    def parse_address(cls, address, query, url):
+    def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
         if query or "/" in address.rstrip("/"):
             raise AddressError(f"{url!r}: ssh:// takes only USER@HOST[:PORT]; put keys in the entry's key/known_hosts")
         address = address.rstrip("/")
@@ -108,7 +109,7 @@ class SSHTransport(Transport):
         return (f"{unquote(user)}@" if user else "") + host + (f":{port}" if port else ""), {}
 
     @classmethod
-    def availability(cls):
+    def availability(cls) -> dict[str, Any]:
         try:
             import paramiko
         except ImportError:
@@ -195,7 +196,7 @@ class SSHTransport(Transport):
             raise TransportError(f"the connection to {self.description} was lost")
         return t
 
-    def run(self, argv, timeout=120):
+    def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         self._check()
         cmd = " ".join(shlex.quote(str(a)) for a in argv)
         try:
@@ -207,13 +208,13 @@ class SSHTransport(Transport):
             raise TransportError(f"lost {self.description} while running {argv[0]}: {e}") from None
         return CommandResult(rc, out, err)
 
-    def sftp(self):
+    def sftp(self) -> Any:
         if self._sftp is None:
             self._check()
             self._sftp = self.client.open_sftp()
         return self._sftp
 
-    def put_file(self, local, remote, progress=None):
+    def put_file(self, local: Any, remote: str, progress: ProgressFn | None = None) -> None:
         part = remote + ".part"
         name = os.path.basename(remote)
         try:
@@ -226,7 +227,7 @@ class SSHTransport(Transport):
         except (self._paramiko.SSHException, EOFError, OSError) as e:
             raise TransportError(f"upload of {name} to {self.description} failed: {e}") from None
 
-    def forward(self, remote_port):
+    def forward(self, remote_port: int) -> int:
         """A host loopback port; each connection to it is a direct-tcpip channel to the device's ``remote_port``."""
         t = self._check()
         remote_port = int(remote_port)
@@ -246,7 +247,7 @@ class SSHTransport(Transport):
         self._forwards.append(fw)
         return fw.port
 
-    def close(self):
+    def close(self) -> None:
         for fw in self._forwards:
             fw.close()
         self._forwards = []
