@@ -430,3 +430,60 @@ def test_the_package_docstring_example_runs(tmp_path, monkeypatch):
         assert scope["result"]["latency_ms"]["p50"] > 0 and scope["report"]["precision"] == "fp32"
     finally:
         stop_agent(sys.executable, root)
+
+
+def test_a_transport_is_one_module_and_one_registry_row(cli, monkeypatch, tiny_bundle, tmp_path):
+    """The 'Add a transport' recipe: a module with a TRANSPORT class and one row in MODULES give the kind its
+    URL scheme, its CLI flag and options, a doctor line, and deploys through the deploy core."""
+    import types
+
+    from edgekit import transports
+    from edgekit.transports import AddressError, Flag, LocalTransport
+
+    seen = []
+
+    class PipeTransport(LocalTransport):  # this machine, reached "through a pipe named NAME"
+        name = "pipe"
+        url_form = "pipe://NAME"
+        selector = Flag("--pipe", "", "a device at the end of pipe NAME", metavar="NAME")
+        flags = (Flag("--pipe-width", "width", "pipe width", type=int, alone="sets the width of --pipe NAME"),)
+        is_host = False
+
+        def __init__(self, target, width=1):
+            self.description = f"pipe {target} ({width} wide)"
+            seen.append((target, width))
+
+        @classmethod
+        def open(cls, target=None, **options):
+            return cls(target, **options)
+
+        @classmethod
+        def parse_address(cls, address, query, url):
+            if not address:
+                raise AddressError(f"{url!r} names no pipe; use pipe://NAME")
+            return address, {"width": int(query["width"])} if "width" in query else {}
+
+        @classmethod
+        def availability(cls):
+            return {"ok": True, "detail": "pipes are always there"}
+
+    module = types.ModuleType("edgekit.transports.pipe")
+    module.TRANSPORT = PipeTransport
+    monkeypatch.setitem(sys.modules, "edgekit.transports.pipe", module)
+    monkeypatch.setitem(transports.MODULES, "pipe", "pipe")
+
+    assert transports.parse_url("pipe://p1?width=3") == ("pipe", "p1", {"width": 3})
+    assert "--pipe NAME" in cli("deploy", "--help").stdout
+    assert cli("agent", "status", "--pipe-width", "2").stderr.endswith(
+        "--pipe-width sets the width of --pipe NAME: add --pipe, or drop --pipe-width\n"
+    )
+    doctor = one_json(cli("doctor", "--json").stdout)
+    assert doctor["transports"]["pipe"] == {"ok": True, "detail": "pipes are always there"}
+    root = tmp_path / "dev"
+    try:
+        where = ["--pipe", "p1", "--pipe-width", "4", "--device-python", sys.executable, "--device-root", root]
+        r = cli("deploy", tiny_bundle, *where, "--runs", 3, "--warmup", 1, "--json")
+        assert r.returncode == 0, r.stderr
+        assert one_json(r.stdout)["transport"] == "pipe p1 (4 wide)" and seen == [("p1", 4)]
+    finally:
+        stop_agent(sys.executable, root)

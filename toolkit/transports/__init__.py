@@ -18,13 +18,13 @@ from .local import LocalTransport
 
 #: kind (= URL scheme) -> module in this package
 MODULES = {"local": "local", "ssh": "ssh", "adb": "adb", "serial": "serial_line"}
-KINDS = tuple(MODULES)
+KINDS = tuple(MODULES)  # the kinds this edgekit ships (read MODULES for the live registry)
 
 
 def transport_class(kind: str) -> type[Transport]:
     """The Transport subclass for ``kind`` (its module is imported only when used)."""
     if kind not in MODULES:
-        raise TransportError(f"unknown transport {kind!r}; this edgekit has: {', '.join(KINDS)}")
+        raise TransportError(f"unknown transport {kind!r}; this edgekit has: {', '.join(MODULES)}")
     try:
         mod = importlib.import_module(f".{MODULES[kind]}", __name__)
     except ModuleNotFoundError as e:
@@ -36,7 +36,7 @@ def transport_class(kind: str) -> type[Transport]:
 
 def all_transports() -> dict[str, type[Transport]]:
     """Every kind's class, in registry order (the modules import no third-party package at module level)."""
-    return {kind: transport_class(kind) for kind in KINDS}
+    return {kind: transport_class(kind) for kind in MODULES}
 
 
 def url_forms() -> str:
@@ -51,7 +51,7 @@ def parse_url(url: str) -> Address:
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme not in MODULES:
-        raise AddressError(f"unknown scheme {scheme!r} in {url!r}; use one of: {', '.join(k + '://' for k in KINDS)}")
+        raise AddressError(f"unknown scheme {scheme!r} in {url!r}; use one of: {', '.join(k + '://' for k in MODULES)}")
     address, _, query_text = rest.partition("?")
     query = {k: v[-1] for k, v in parse_qs(query_text, keep_blank_values=True).items()}
     target, options = transport_class(scheme).parse_address(address, query, url)
