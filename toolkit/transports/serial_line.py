@@ -103,7 +103,10 @@ class SerialTransport(Transport):
     @classmethod
     def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
         if address and not address.startswith("/"):
-            raise AddressError(f"{url!r}: write the port as a path, serial:///dev/ttyUSB0 (three slashes)")
+            raise AddressError(
+                f"{url!r}: the port must be a path such as /dev/ttyUSB0 "
+                "(in a URL: serial:///dev/ttyUSB0, three slashes)"
+            )
         if not address or address == "/":
             raise AddressError(f"{url!r} names no serial port; use serial:///dev/ttyUSB0?baud=115200")
         options = {}
