@@ -99,7 +99,9 @@ def backends(d: dict[str, Any]) -> str:
     out = []
     for r in d["backends"]:
         mark = paint("ok ", "green") if r["ok"] else paint("NO ", "red")
-        out.append(f"{mark} {r['name']:<15} {', '.join(r['precisions']):<45} {r['detail']}\n")
+        refused = set(r.get("refused") or ())  # precisions the backend lists but will not build here
+        builds = ", ".join(p for p in r["precisions"] if p not in refused)
+        out.append(f"{mark} {r['name']:<15} {builds:<45} {r['detail']}\n")
         env = r["toolenv"]
         if env and env["detail"] not in r["detail"]:  # not the same paragraph twice
             out.append(f"    tool environment: {env['detail']}\n")
