@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from ..errors import EdgekitError, FidelityError
-from .options import backend_name, backend_names
+from .options import check_backend
 from .output import emit, logger
 
 #: ``--precision`` values (one place: the backends' capability table may derive these)
@@ -20,7 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
     s.add_argument(
         "--backend",
-        type=backend_name,
         help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
         "mindspore-lite (see `edgekit backends`)",
     )
@@ -73,7 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--backends",
-        type=backend_names,
         metavar="B1,B2",
         help="--auto: only these backends (default: all the profile runs)",
     )
@@ -113,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             f"{auto_only[0]} works only with --auto (it measures candidates on a device); "
             f"add --auto, or drop {auto_only[0]}"
         )
+    check_backend(args.backend)
     try:
         report = build(
             args.model,
@@ -180,7 +179,7 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         input_shapes=args.input_shape,
         name=args.name,
         budget=args.budget,
-        backends=args.backends or None,
+        backends=[b for b in (args.backends or "").split(",") if b] or None,
         precisions=None if args.precision == "auto" else [args.precision],
         prune_levels=floats(args.prune_levels) if args.prune_levels else DEFAULT_PRUNE_LEVELS,
         runs=50 if args.auto_runs is None else args.auto_runs,

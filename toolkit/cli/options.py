@@ -53,27 +53,21 @@ def device_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGro
     return where
 
 
-def backend_name(text: str) -> str:
-    """An argparse ``type``: a backend this edgekit has, else a usage error naming the close ones."""
+def check_backend(name: str | None) -> None:
+    """A ``--backend`` this edgekit does not have: the error names the close ones (exit 1, as the library's)."""
     from ..converters import BACKEND_MODULES
+    from ..errors import BackendUnavailable
 
-    if text not in BACKEND_MODULES:
-        raise argparse.ArgumentTypeError(
-            f"unknown backend {text!r}{did_you_mean(text, BACKEND_MODULES)}; "
+    if name is not None and name not in BACKEND_MODULES:
+        raise BackendUnavailable(
+            f"unknown backend {name!r}{did_you_mean(name, BACKEND_MODULES)}; "
             f"this edgekit builds for: {', '.join(sorted(BACKEND_MODULES))}"
         )
-    return text
-
-
-def backend_names(text: str) -> list[str]:
-    """``B1,B2`` (``--backends``): each a backend this edgekit has."""
-    return [backend_name(b.strip()) for b in text.split(",") if b.strip()]
 
 
 def backend_agent_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
-        type=backend_name,
         metavar="B",
         help="--local: the agent that runs bundles of backend B (paddlelite, "
         "mindspore-lite: under their tool environment's Python, in <device root>-B)",
@@ -142,6 +136,7 @@ def open_device(args: argparse.Namespace, profile: Any = None, backend: str | No
     from ..device import open_device as _open
 
     kind, target, opts = device_target(args)
+    check_backend(backend)
     return _open(
         kind,
         target,
