@@ -51,26 +51,24 @@ def __getattr__(name):
     raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
 
 
-__all__ = sorted(
-    [
-        "AgentError",
-        "BackendUnavailable",
-        "BundleError",
-        "ConversionError",
-        "DataError",
-        "EdgekitError",
-        "FidelityError",
-        "ModelError",
-        "ProfileError",
-        "TransportError",
-        "bench",
-        "build",
-        "connect",
-        "deploy",
-        "doctor",
-        "open_device",
-        "parse_url",
-        "profiles",
-        "__version__",
-    ]
-)
+__all__ = [
+    "AgentError",
+    "BackendUnavailable",
+    "BundleError",
+    "ConversionError",
+    "DataError",
+    "EdgekitError",
+    "FidelityError",
+    "ModelError",
+    "ProfileError",
+    "TransportError",
+    "__version__",
+    "bench",
+    "build",
+    "connect",
+    "deploy",
+    "doctor",
+    "open_device",
+    "parse_url",
+    "profiles",
+]
