@@ -1,29 +1,91 @@
-"""The `edgekit` command, run for real in subprocesses."""
+"""The `edgekit` command: flag handling and rendering in process (``edgekit.cli.main(argv)``), commands that
+build, deploy or start agents for real in subprocesses."""
 
+import argparse
 import json
 import sys
+from collections import namedtuple
+from pathlib import Path
 
 import pytest
-from conftest import PPOCR, one_json, run_cli, stop_agent
+from conftest import PPOCR, ROOT, one_json, run_cli, stop_agent
 
-from edgekit.cli import parser
+from edgekit.cli import EXIT_CODES, main, parser
 
-
-def test_every_command_has_help():
-    p = parser()
-    sub = next(a for a in p._actions if a.dest == "command")
-    for name, sp in sub.choices.items():
-        assert sp.description or sub._name_parser_map[name].format_help()
-        assert any(c.dest == name for c in sub._choices_actions), f"{name} has no help line"
-        assert run_cli(name, "--help", check=0).stdout.startswith("usage:")
+Ran = namedtuple("Ran", "returncode stdout stderr")
 
 
-def test_profiles_list_and_show():
-    rows = one_json(run_cli("profiles", "--json", check=0).stdout)["profiles"]
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run `edgekit ARGS` in this process: ``(returncode, stdout, stderr)``; ``env`` sets variables for the call."""
+
+    def run(*args, env=None):
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse: --help (0) and usage errors (2)
+            code = e.code
+        out = capsys.readouterr()
+        return Ran(code, out.out, out.err)
+
+    return run
+
+
+def _commands(p):
+    """``[(["field", "pull"], parser, help line), ...]``: every command and sub-command."""
+    found = []
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {c.dest: c.help for c in action._choices_actions}
+            for name, sp in action.choices.items():
+                found.append(([name], sp, helps.get(name)))
+                found += [([name, *path], spp, h) for path, spp, h in _commands(sp)]
+    return found
+
+
+def test_every_command_has_help(cli):
+    """Every command and sub-command has a help line, a help text for each of its arguments, answers --help
+    with its usage, and is documented in docs/CLI.md."""
+    documented = (ROOT / "docs" / "CLI.md").read_text()
+    commands = _commands(parser())
+    assert {c[0][0] for c in commands} >= {"build", "deploy", "bench", "agent", "field", "doctor"}
+    for path, sp, help_line in commands:
+        assert help_line, f"{' '.join(path)} has no help line"
+        for action in sp._actions:
+            if not isinstance(action, argparse._SubParsersAction) and action.dest != "help":
+                assert action.help or action.choices, f"{' '.join(path)}: {action.dest} has no help"
+        r = cli(*path, "--help")
+        assert r.returncode == 0 and r.stdout.startswith(f"usage: edgekit {' '.join(path)}"), r
+        assert f"`{path[0]}`" in documented, f"{path[0]} is not in docs/CLI.md"
+
+
+def test_exit_codes_are_documented_and_each_error_maps_to_one():
+    from edgekit import errors
+
+    help_text = parser().format_help()
+    documented = (ROOT / "docs" / "CLI.md").read_text()
+    for code, meaning in EXIT_CODES.items():
+        assert f"  {code:<4} {meaning}" in help_text
+        assert f"| {code} | {meaning} |" in documented
+    raised = {
+        cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.EdgekitError)
+    }
+    assert raised <= set(EXIT_CODES) and {0, 2, 130} <= set(EXIT_CODES)
+
+
+def test_profiles_list_and_show(cli):
+    rows = one_json(cli("profiles", "--json").stdout)["profiles"]
     assert "raspberrypi5" in {r["name"] for r in rows}
-    pi = one_json(run_cli("profiles", "show", "raspberrypi5", "--json", check=0).stdout)
+    pi = one_json(cli("profiles", "show", "raspberrypi5", "--json").stdout)
     assert pi["cpu"]["arch"] == "aarch64" and "dotprod" in pi["cpu"]["isa"]
-    assert "Raspberry Pi 5" in run_cli("profiles", "show", "raspberrypi5", check=0).stdout
+    listed = cli("profiles").stdout.splitlines()
+    assert listed[0].split()[:2] == ["profile", "arch"] and any(line.startswith("raspberrypi5 ") for line in listed)
+    text = cli("profiles", "show", "raspberrypi5").stdout
+    assert text.startswith("raspberrypi5: Raspberry Pi 5")
+    assert "{" not in text and "'" not in text  # text, not a Python dict
+    assert any(line.split() == ["isa", "neon,", "fp16,", "dotprod"] for line in text.splitlines()), text
 
 
 def test_unknown_profile_exit_code_and_message(tiny_model, tmp_path):
@@ -110,6 +172,10 @@ def test_deploy_local_json_and_table(tiny_bundle, tmp_path):
         assert "latency      p50" in text and "CPUExecutionProvider" in text
         status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
         assert status["running"] and status["host"] == "127.0.0.1"
+        text = run_cli("agent", "status", "--local", "--device-root", root, check=0).stdout
+        assert text.startswith("agent ") and f"pid {status['pid']}" in text and "{" not in text  # not raw JSON
+        p = run_cli("rollback", "tinny", "--local", "--device-root", root)
+        assert p.returncode == 5 and "unknown model 'tinny'" in p.stderr and "did you mean 'tiny'?" in p.stderr
     finally:
         stop_agent(sys.executable, root)
 
@@ -185,8 +251,8 @@ def test_bad_data_values(tmp_path, tiny_model):
     assert p.returncode == 1 and "integer class indices" in p.stderr
 
 
-def test_bad_ssh_target(tiny_bundle):
-    p = run_cli("deploy", tiny_bundle, "--ssh", "pi@host:abc")
+def test_bad_ssh_target(cli, tiny_bundle):
+    p = cli("deploy", tiny_bundle, "--ssh", "pi@host:abc")
     assert p.returncode == 4 and "bad SSH port" in p.stderr
 
 
@@ -243,19 +309,19 @@ def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
-def test_flags_that_do_nothing_here_are_refused(tmp_path, args, says):
+def test_flags_that_do_nothing_here_are_refused(cli, tmp_path, args, says):
     """A flag the command would ignore is an error naming what it needs; nothing is built, read or contacted."""
     where = {"M": tmp_path / "model.onnx", "B": tmp_path / "bundle", "F.toml": tmp_path / "fleet.toml"}
     argv = [where.get(a, a) for a in args]
     if argv[0] == "build":
         argv += ["--profile", "host", "-o", tmp_path / "out"]
-    p = run_cli(*argv)
+    p = cli(*argv)
     assert p.returncode == 1 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_many_device_flags_are_accepted_with_adb_all(tmp_path):
-    p = run_cli(
+def test_many_device_flags_are_accepted_with_adb_all(cli, tmp_path):
+    p = cli(
         "deploy",
         tmp_path / "bundle",
         "--adb",
@@ -267,3 +333,163 @@ def test_many_device_flags_are_accepted_with_adb_all(tmp_path):
         env={"ADB_SERVER_SOCKET": "tcp:127.0.0.2:9"},
     )
     assert p.returncode == 4 and "no adb server answers at 127.0.0.2:9" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["biuld"], "invalid choice: 'biuld' (did you mean 'build'?)"),
+        (["build", "M", "--profile", "host", "-o", "O", "--precison", "int8"], "did you mean '--precision'?"),
+        (["build", "M", "--profile", "host", "-o", "O", "--precision", "int9"], "(did you mean 'int8'?)"),
+        (["field", "reprot"], "did you mean 'report'?"),
+        (["agent", "stauts"], "did you mean 'status'?"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_typos_are_usage_errors_that_suggest(cli, args, says):
+    p = cli(*args)
+    assert p.returncode == 2 and says in p.stderr and "usage: edgekit" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args", [["build", "M", "--profile", "host", "-o", "O"], ["agent", "status"]])
+def test_unknown_backend_suggests_the_close_one(cli, tmp_path, args):
+    argv = [tmp_path / a if a in ("M", "O") else a for a in args]
+    p = cli(*argv, "--backend", "openvin")
+    assert p.returncode == 1 and "unknown backend 'openvin' (did you mean 'openvino'?)" in p.stderr, p.stderr
+    assert not (tmp_path / "O").exists()
+
+
+def test_unknown_profile_suggests_the_close_one(cli, tiny_model, tmp_path):
+    p = cli("build", tiny_model, "--profile", "raspberypi5", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "unknown device profile 'raspberypi5' (did you mean 'raspberrypi5'?)" in p.stderr
+    p = cli("build", tiny_model, "--profile", "raspberrypi", "-o", tmp_path / "o")
+    assert "(did you mean 'raspberrypi4' or 'raspberrypi5'?)" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bundle_paths_that_are_not_bundles(cli, tmp_path):
+    """A missing path, a file and a directory that is not a bundle each get their own message; none suggests
+    building into a directory that exists (build refuses that)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("x")
+    (tmp_path / "f.txt").write_text("x")
+    p = cli("deploy", tmp_path / "nope", "--local")
+    assert p.returncode == 1 and "no such directory" in p.stderr and "-o DIR" in p.stderr
+    p = cli("deploy", tmp_path / "f.txt", "--local")
+    assert p.returncode == 1 and "is a file, not a bundle directory" in p.stderr
+    p = cli("deploy", tmp_path / "docs", "--local")
+    assert p.returncode == 1 and "is a directory but not an edgekit bundle" in p.stderr
+    assert f"-o {tmp_path / 'docs'}" not in p.stderr
+
+
+def test_build_of_a_directory(cli, tmp_path, tiny_model):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "a.onnx").write_bytes(Path(tiny_model).read_bytes())
+    p = cli("build", tmp_path / "models", "--profile", "host", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "is a directory, not a model file (it holds a.onnx)" in p.stderr, p.stderr
+    assert "not found" not in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_field_report_without_data_and_a_store_that_does_not_exist(cli, tmp_path):
+    new = tmp_path / "new.db"
+    p = cli("field", "report", "--store", new)
+    assert p.returncode == 1 and "no field store at" in p.stderr and "edgekit field pull" in p.stderr
+    assert not new.exists()  # reading a mistyped path does not create a database
+    from edgekit.field import FieldStore
+
+    FieldStore(new).close()
+    p = cli("field", "report", "--store", new)
+    assert p.returncode == 0 and "no field records" in p.stdout and "edgekit field pull" in p.stdout
+    assert one_json(cli("field", "report", "--store", new, "--json").stdout)["records"] == 0
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from edgekit.cli.output import paint, table
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert paint("ok", "green", Tty()) == "\033[32mok\033[0m"
+    assert paint("ok", "green", sys.stderr if not sys.stderr.isatty() else None) in ("ok", "\033[32mok\033[0m")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert paint("ok", "green", Tty()) == "ok"
+    assert table(("a", "b"), [(1, None)]) == "a  b\n1  -\n"
+
+
+def test_the_package_docstring_example_runs(tmp_path, monkeypatch):
+    """The example in `edgekit`'s docstring, run as written from a directory laid out like the repository."""
+    import edgekit
+
+    code = edgekit.__doc__.split("::", 1)[1].split("\n\n``open_device", 1)[0]
+    code = "\n".join(line[4:] for line in code.splitlines())
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / PPOCR.name).symlink_to(PPOCR)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "device"
+    monkeypatch.setenv("EDGEKIT_DEVICE_ROOT", str(root))
+    try:
+        scope = {}
+        exec(compile(code, "edgekit docstring", "exec"), scope)
+        assert scope["result"]["latency_ms"]["p50"] > 0 and scope["report"]["precision"] == "fp32"
+    finally:
+        stop_agent(sys.executable, root)
+
+
+def test_a_transport_is_one_module_and_one_registry_row(cli, monkeypatch, tiny_bundle, tmp_path):
+    """The 'Add a transport' recipe: a module with a TRANSPORT class and one row in MODULES give the kind its
+    URL scheme, its CLI flag and options, a doctor line, and deploys through the deploy core."""
+    import types
+
+    from edgekit import transports
+    from edgekit.transports import AddressError, Flag, LocalTransport
+
+    seen = []
+
+    class PipeTransport(LocalTransport):  # this machine, reached "through a pipe named NAME"
+        name = "pipe"
+        url_form = "pipe://NAME"
+        selector = Flag("--pipe", "", "a device at the end of pipe NAME", metavar="NAME")
+        flags = (Flag("--pipe-width", "width", "pipe width", type=int, alone="sets the width of --pipe NAME"),)
+        is_host = False
+
+        def __init__(self, target, width=1):
+            self.description = f"pipe {target} ({width} wide)"
+            seen.append((target, width))
+
+        @classmethod
+        def open(cls, target=None, **options):
+            return cls(target, **options)
+
+        @classmethod
+        def parse_address(cls, address, query, url):
+            if not address:
+                raise AddressError(f"{url!r} names no pipe; use pipe://NAME")
+            return address, {"width": int(query["width"])} if "width" in query else {}
+
+        @classmethod
+        def availability(cls):
+            return {"ok": True, "detail": "pipes are always there"}
+
+    module = types.ModuleType("edgekit.transports.pipe")
+    module.TRANSPORT = PipeTransport
+    monkeypatch.setitem(sys.modules, "edgekit.transports.pipe", module)
+    monkeypatch.setitem(transports.MODULES, "pipe", "pipe")
+
+    assert transports.parse_url("pipe://p1?width=3") == ("pipe", "p1", {"width": 3})
+    assert "--pipe NAME" in cli("deploy", "--help").stdout
+    assert cli("agent", "status", "--pipe-width", "2").stderr.endswith(
+        "--pipe-width sets the width of --pipe NAME: add --pipe, or drop --pipe-width\n"
+    )
+    doctor = one_json(cli("doctor", "--json").stdout)
+    assert doctor["transports"]["pipe"] == {"ok": True, "detail": "pipes are always there"}
+    root = tmp_path / "dev"
+    try:
+        where = ["--pipe", "p1", "--pipe-width", "4", "--device-python", sys.executable, "--device-root", root]
+        r = cli("deploy", tiny_bundle, *where, "--runs", 3, "--warmup", 1, "--json")
+        assert r.returncode == 0, r.stderr
+        assert one_json(r.stdout)["transport"] == "pipe p1 (4 wide)" and seen == [("p1", 4)]
+    finally:
+        stop_agent(sys.executable, root)

@@ -317,8 +317,10 @@ def test_slow_device_past_its_deadline_times_out(lab, tmp_path, tiny_bundle):
 
 
 # -- abandoning a device (host logic; the devices are stand-ins) ---------------------------------
-class _SlowDevice:
-    """A device whose close() hangs until released, and that records the steps it was asked to take."""
+class _SlowTransport:
+    """A transport whose close() hangs until released."""
+
+    description = "slow"
 
     def __init__(self):
         import threading
@@ -326,18 +328,6 @@ class _SlowDevice:
         self.release = threading.Event()
         self.closing = threading.Event()
         self.closed = threading.Event()
-        self.calls = []
-        self.transport = type("T", (), {"put_file": lambda self, *a: None})()
-
-    def probe(self):
-        self.calls.append("probe")
-
-    def ensure_agent(self):
-        self.calls.append("ensure_agent")
-
-    def call(self, step, fn, *args):
-        self.calls.append(step)
-        return fn(*args)
 
     def close(self):
         self.closing.set()
@@ -346,20 +336,23 @@ class _SlowDevice:
 
 
 def test_abandon_closes_in_the_background_and_no_step_starts_after_it():
+    from edgekit.device import Device
     from edgekit.errors import TransportError
 
     job = fleet._Job(fleet.FleetDevice("slow", "local://", "local", None, {}))
-    dev = _SlowDevice()
-    job.track(dev)
-    dev.call("benchmarking tiny", lambda: None)
+    t = _SlowTransport()
+    dev = Device(t, hooks={"step": [job.on_step]})  # the fleet observes the device's steps through its hook
+    calls = []
+    job.attach(dev)
+    dev.call("benchmarking tiny", lambda: calls.append("benchmarking tiny"))
     assert job.abandon() == "benchmarking tiny"
     # abandon() returned while the device's close() still hangs: the scheduler is not held up by it
-    assert dev.closing.wait(30) and not dev.closed.is_set()
+    assert t.closing.wait(30) and not t.closed.is_set()
     with pytest.raises(TransportError, match="given up after its deadline, before verifying and committing"):
-        dev.call("verifying and committing the bundle", lambda: dev.calls.append("COMMITTED"))
-    assert "COMMITTED" not in dev.calls and dev.calls == ["benchmarking tiny"]
-    dev.release.set()
-    assert dev.closed.wait(30)
+        dev.call("verifying and committing the bundle", lambda: calls.append("COMMITTED"))
+    assert "COMMITTED" not in calls and calls == ["benchmarking tiny"]
+    t.release.set()
+    assert t.closed.wait(30)
 
 
 def test_connect_timeout_reaches_the_serial_transport(tmp_path, tiny_bundle):

@@ -1,11 +1,18 @@
 """edgekit: build, shrink, deploy and benchmark ML models on your own edge devices.
 
-The Python API behind the ``edgekit`` command::
+The Python API behind the ``edgekit`` command (run from the repository's root)::
 
     import edgekit
-    report = edgekit.build("model.onnx", profile="raspberrypi5", output="out/", precision="int8", calib="data.npz")
-    result = edgekit.deploy("out/", edgekit.connect("local"))
+
+    model = "examples/ppocr_mobile_v2_cls.onnx"
+    report = edgekit.build(model, profile="host", output="out/", precision="fp32", input_shapes=["x=1,3,48,192"])
+    with edgekit.open_device("local") as device:  # or open_device("ssh", "pi@raspberrypi.local", profile=...)
+        result = edgekit.deploy("out/", device)
     print(result["latency_ms"]["p50"])
+
+``open_device(kind, target, ...)`` connects through a transport (``local``, ``ssh``, ``adb``, ``serial``;
+``edgekit.transports.parse_url("ssh://pi@host")`` gives the ``(kind, target, options)`` of a URL) and
+returns a :class:`edgekit.device.Device`, the agent on that device.
 """
 
 __version__ = "0.1.0"
@@ -29,6 +36,8 @@ _LAZY = {
     "deploy": "deployer",
     "bench": "deployer",
     "connect": "transports",
+    "open_device": "device",
+    "parse_url": "transports",
     "doctor": "diagnostics",
 }
 
@@ -42,24 +51,24 @@ def __getattr__(name):
     raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
 
 
-__all__ = sorted(
-    [
-        "AgentError",
-        "BackendUnavailable",
-        "BundleError",
-        "ConversionError",
-        "DataError",
-        "EdgekitError",
-        "FidelityError",
-        "ModelError",
-        "ProfileError",
-        "TransportError",
-        "bench",
-        "build",
-        "connect",
-        "deploy",
-        "doctor",
-        "profiles",
-        "__version__",
-    ]
-)
+__all__ = [
+    "AgentError",
+    "BackendUnavailable",
+    "BundleError",
+    "ConversionError",
+    "DataError",
+    "EdgekitError",
+    "FidelityError",
+    "ModelError",
+    "ProfileError",
+    "TransportError",
+    "__version__",
+    "bench",
+    "build",
+    "connect",
+    "deploy",
+    "doctor",
+    "open_device",
+    "parse_url",
+    "profiles",
+]

@@ -138,7 +138,7 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
     Candidates are removed from the device afterwards (the winner is deployed by the user).
     """
     from .deployer import deploy, open_device
-    from .fleet import parse_url
+    from .transports import parse_url
 
     kind, target, opts = parse_url(device_url)
     devices = {}

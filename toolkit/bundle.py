@@ -102,8 +102,14 @@ def load(path):
     path = Path(path)
     mf = path / MANIFEST
     if not mf.is_file():
+        build = "`edgekit build MODEL --profile P -o DIR` writes one"
+        if not path.exists():
+            raise BundleError(f"{path}: no such directory, so not an edgekit bundle; {build}, then pass DIR")
+        if not path.is_dir():
+            raise BundleError(f"{path} is a file, not a bundle directory; {build}, then pass DIR")
         raise BundleError(
-            f"{path} is not an edgekit bundle (no {MANIFEST}); build one with `edgekit build MODEL --profile P -o {path}`"
+            f"{path} is a directory but not an edgekit bundle (no {MANIFEST}): pass the directory that "
+            f"`edgekit build ... -o DIR` wrote (a new DIR: build refuses to write into an existing one)"
         )
     try:
         manifest = json.loads(mf.read_text())

@@ -5,283 +5,55 @@ benchmark it there, and bring the report back.
     checked) -> start it (or reuse the running one) -> forward its loopback port ->
     upload the bundle file by file (the agent verifies each against the manifest) ->
     commit (atomic switch) -> benchmark in a fresh process on the device
+
+The device and its agent's lifecycle are :mod:`edgekit.device`; the upload is :mod:`edgekit.upload`.
 """
 
-import json
-import os
-import sys
+from __future__ import annotations
+
+import contextlib
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from . import agent_package, profiles
 from . import bundle as bundle_mod
-from .cache import cache_root
-from .errors import AgentError, TransportError
-from .transports import connect
+from . import profiles
+from .device import Device, device_paths, open_device
+from .errors import AgentError
+from .transports import Transport
 
-PROBE = (
-    "import json,os,platform,sys;print(json.dumps({'home':os.path.expanduser('~'),'python':platform.python_version(),"
-    "'executable':sys.executable,'machine':platform.machine(),'system':platform.system(),'cpu_count':os.cpu_count()}))"
-)
-HASH = "import hashlib,sys;p=sys.argv[1];print(hashlib.sha256(open(p,'rb').read()).hexdigest())"
+Report = dict[str, Any]
 
 
-def _prefix_sha256(path, n):
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while n > 0:
-            block = f.read(min(1 << 20, n))
-            if not block:
-                break
-            h.update(block)
-            n -= len(block)
-    return h.hexdigest()
-
-
-class _ProgressReader:
-    def __init__(self, f, name, total, progress, start=0):
-        self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, start
-
-    def read(self, n=-1):
-        data = self.f.read(65536 if n is None or n < 0 else min(n, 65536))
-        self.done += len(data)
-        if self.progress and data:
-            self.progress(self.name, self.done, self.total)
-        return data
-
-
-class Device:
-    """An edgekit agent on a device, reached through a transport."""
-
-    def __init__(self, transport, python=None, root=None):
-        self.transport = transport
-        self.python = python
-        self.root = root
-        self.info = None
-        self.state = None
-        self.client = None
-        self._forward = None  # (device port, host port) of the forward to the agent
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self):
-        if self.client:
-            self.client.close()
-        self.transport.close()
-
-    def _fail(self, step, detail):
-        raise TransportError(f"{self.transport.description}: {step} failed: {detail}")
-
-    def probe(self):
-        r = self.transport.run([self.python, "-c", PROBE], timeout=60)
-        if r.returncode == 127 or "not found" in r.stderr:
-            self._fail(
-                "finding Python",
-                f"{self.python!r} is not on the device. Install Python 3.7+ there, or pass "
-                "--device-python /path/to/python3",
-            )
-        if not r.ok:
-            self._fail("running Python", (r.stderr or r.stdout).strip()[-500:])
-        self.info = json.loads(r.stdout.strip().splitlines()[-1])
-        major, minor = (int(x) for x in self.info["python"].split(".")[:2])
-        if (major, minor) < (3, 7):
-            self._fail(
-                "checking Python", f"{self.python} is Python {self.info['python']}; the agent needs 3.7 or newer"
-            )
-        if self.root.startswith("~"):
-            self.root = self.info["home"] + self.root[1:]
-        return self.info
-
-    def ensure_agent(self, log=None):
-        """Install the agent zipapp if missing or different, start it, connect to its API."""
-        log = log or (lambda m: None)
-        if self.info is None:
-            self.probe()
-        local, digest = agent_package.build(cache_root() / "agent")
-        remote = f"{self.root}/agent/edgekit-agent.pyz"
-        r = self.transport.run([self.python, "-c", HASH, remote], timeout=60)
-        if not (r.ok and r.stdout.strip() == digest):
-            if r.ok:
-                # An older agent may be running from that file: stop it before the file changes under it.
-                self.transport.run([self.python, remote, "stop", "--root", self.root], timeout=60)
-            log(f"installing agent {digest[:12]} -> {remote}")
-            self.transport.run(["mkdir", "-p", f"{self.root}/agent"])
-            self.transport.put_file(local, remote)
-            r = self.transport.run([self.python, "-c", HASH, remote], timeout=60)
-            if r.stdout.strip() != digest:
-                self._fail(
-                    "installing the agent",
-                    f"{remote} has sha256 {r.stdout.strip() or '?'} after upload, expected {digest}",
-                )
-        r = self.transport.run([self.python, remote, "start", "--root", self.root], timeout=90)
-        if not r.ok:
-            self._fail("starting the agent", (r.stderr or r.stdout).strip()[-800:])
-        self.state = json.loads(r.stdout.strip().splitlines()[-1])
-        if self._forward and self._forward[0] == self.state["port"]:
-            port = self._forward[1]  # the agent kept its port: the forward we made still leads to it
-        else:
-            port = self.transport.forward(self.state["port"])
-            self._forward = (self.state["port"], port)
-        from edgekit_sdk import AgentClient
-
-        if self.client is not None:
-            self.client.close()
-        self.client = AgentClient("127.0.0.1", port, timeout=120)
-        health = self.call("checking the agent", self.client.health)
-        self.state["health"] = health
-        return self.state
-
-    def call(self, step, fn, *args, **kwargs):
-        from edgekit_sdk import AgentHTTPError
-
+@contextlib.contextmanager
+def _device_for(device: Device | Transport | str, prof: profiles.Profile | None, backend: str) -> Iterator[Device]:
+    """A :class:`Device` for what the caller passed: a Device (used as it is), a connected transport (the agent's
+    Python and root from the profile, as :func:`open_device` picks them; the caller keeps closing the transport),
+    or a transport kind (opened here and closed afterwards)."""
+    if isinstance(device, Device):
+        yield device
+    elif isinstance(device, Transport):
+        python, root = device_paths(type(device), prof, None, None, backend)
+        dev = Device(device, python=python, root=root)
         try:
-            return fn(*args, **kwargs)
-        except AgentHTTPError as e:
-            raise AgentError(f"{self.transport.description}: {step}: {e.message}", status=e.status) from None
-        except OSError as e:
-            raise TransportError(
-                f"{self.transport.description}: connection lost while {step} ({type(e).__name__}: {e}). "
-                "The device keeps serving what it served before; run the command again to resume."
-            ) from None
-
-    def install(self, bundle_dir, manifest, progress=None, log=None):
-        """Send what the device lacks of the bundle, then switch to it atomically.
-
-        An unchanged redeploy sends one small request. Files the device already holds (same
-        sha256, in any kept version) are not sent; an upload cut off midway resumes at the
-        byte where it stopped. Returns the commit result with a ``transfer`` summary.
-        """
-        log = log or (lambda m: None)
-        name, version = manifest["name"], manifest["id"]
-        sent0 = self.client.bytes_sent
-        served = {m["name"]: m for m in self.call("listing models", self.client.models)}.get(name)
-        if served and served.get("version") == version:
-            log(f"{name} {version} is already serving on the device: nothing to send")
-            return {
-                "name": name,
-                "version": version,
-                "previous": version,
-                "unchanged": True,
-                "transfer": {
-                    "files_sent": 0,
-                    "files_reused": 0,
-                    "payload_bytes": 0,
-                    "resumed_bytes": 0,
-                    "request_bytes": self.client.bytes_sent - sent0,
-                },
-            }
-        state = self.call("starting the upload", self.client.begin_upload, name, version, manifest)
-        if state.get("installed"):
-            log(f"{name} {version} is already on the device (a kept version)")
-        if state.get("reused"):
-            log(f"  {len(state['reused'])} file(s) already on the device, not sent: {', '.join(state['reused'])}")
-        partial = state.get("partial") or {}
-        partial_sha = state.get("partial_sha256") or {}
-        sizes = {f["name"]: f["size"] for f in manifest["files"]}
-        asked = [f for f in state.get("missing", []) if f not in sizes]
-        if asked:  # only files of this bundle ever leave this machine, whatever the other end asks for
-            self._fail("uploading the bundle", f"the agent asked for files that are not in the bundle: {asked[:3]}")
-        payload = resumed = 0
-        for fname in state.get("missing", []):
-            path = os.path.join(bundle_dir, fname)
-            size = sizes[fname]
-            offset = partial.get(fname, 0)
-            if not (
-                isinstance(offset, int) and 0 < offset < size and _prefix_sha256(path, offset) == partial_sha.get(fname)
-            ):
-                offset = 0  # nothing kept, or what the device kept is not this file's beginning: send it whole
-            if offset:
-                log(f"  resuming {fname} at byte {offset} of {size}")
-            with open(path, "rb") as f:
-                f.seek(offset)
-                self.call(
-                    f"uploading {fname}",
-                    self.client.put_file,
-                    name,
-                    version,
-                    fname,
-                    _ProgressReader(f, fname, size, progress, start=offset),
-                    length=size - offset,
-                    offset=offset,
-                )
-            payload += size - offset
-            resumed += offset
-        result = self.call("verifying and committing the bundle", self.client.commit, name, version, verify=True)
-        log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
-        result["transfer"] = {
-            "files_sent": len(state.get("missing", [])),
-            "files_reused": len(state.get("reused", [])),
-            "payload_bytes": payload,
-            "resumed_bytes": resumed,
-            "request_bytes": self.client.bytes_sent - sent0,
-        }
-        return result
-
-    def rollback(self, name, version=None):
-        return self.call(f"rolling back {name}", self.client.rollback, name, version)
-
-    def models(self):
-        return self.call("listing models", self.client.models)
-
-    def remove(self, name):
-        return self.call(f"removing {name}", self.client.remove, name)
-
-    def bench(self, name, runs=100, warmup=10, threads=None, providers=None):
-        return self.call(
-            f"benchmarking {name}",
-            self.client.bench,
-            name,
-            runs=runs,
-            warmup=warmup,
-            threads=threads,
-            providers=providers,
-            timeout=900,
-        )
-
-
-def open_device(kind="local", target=None, profile=None, device_python=None, device_root=None, backend=None, **options):
-    """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory."""
-    prof = profile if isinstance(profile, profiles.Profile) or profile is None else profiles.load(profile)
-    if prof is not None and prof.build_only:
-        raise TransportError(
-            f"profile {prof.name} is build-only: {prof.data['agent'].get('notes', 'no edgekit agent runs on it')}. "
-            "To try the model on this machine, build it with --profile host"
-        )
-    agent = prof.data["agent"] if prof else {}
-    if kind == "local":
-        # A runtime that lives in a tool environment runs under that environment's Python, with its own agent root.
-        env_python = None if device_python or not backend else _backend_local_python(backend)
-        python = device_python or env_python or sys.executable
-        root = device_root or os.environ.get("EDGEKIT_DEVICE_ROOT") or str(cache_root() / "device")
-        root = root if device_root or not env_python else f"{root}-{backend}"
+            yield dev
+        finally:
+            if dev.client is not None:
+                dev.client.close()
     else:
-        python = device_python or agent.get("python") or "python3"
-        root = device_root or agent.get("root") or "~/.cache/edgekit/device"
-    if kind == "serial":
-        options.setdefault("python", python)  # the line endpoint runs with the same interpreter as the agent
-    transport = connect(kind, target, **options)
-    return Device(transport, python=python, root=root)
+        with open_device(device, profile=prof, backend=backend) as dev:
+            yield dev
 
 
-def _backend_local_python(backend):
-    from .converters import all_backends
-
-    be = all_backends().get(backend)  # a backend this edgekit lacks: the agent runs under the host Python
-    return be.local_device_python() if be is not None else None
-
-
-def _annotate(report, manifest, device, prof):
+def _annotate(report: Report, manifest: dict[str, Any], device: Device, prof: profiles.Profile | None) -> Report:
     report["profile"] = manifest["profile"]
     report["transport"] = device.transport.description
+    state = device.state or {}
     report["agent"] = {
-        "version": device.state.get("version"),
-        "pid": device.state.get("pid"),
-        "port": device.state.get("port"),
+        "version": state.get("version"),
+        "pid": state.get("pid"),
+        "port": state.get("port"),
         "root": device.root,
     }
     warnings = list(report.get("warnings", []))
@@ -300,37 +72,54 @@ def _annotate(report, manifest, device, prof):
     return report
 
 
-def _threads(prof, device, threads):
+def _threads(prof: profiles.Profile | None, device: Device, threads: int | None) -> int:
     if threads:
         return threads
-    cores = device.info.get("cpu_count") or 1
+    cores = (device.info or {}).get("cpu_count") or 1
     return min(prof.threads, cores) if prof else cores
 
 
-def bundle_profile(manifest):
+def bundle_profile(manifest: dict[str, Any]) -> profiles.Profile | None:
     """The profile a bundle was built for, as recorded in its manifest (no profile file needed)."""
     if manifest.get("profile_spec"):
         return profiles.Profile(manifest["profile"], manifest["profile_spec"], "bundle manifest")
     return profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
 
 
-def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, progress=None, log=None, bench=True):
-    """Install ``bundle_dir`` on ``device`` (a :class:`Device` or a transport kind) and benchmark it there."""
+def deploy(
+    bundle_dir: str | Path,
+    device: Device | Transport | str,
+    runs: int = 100,
+    warmup: int = 10,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+    progress: Any = None,
+    log: Any = None,
+    bench: bool = True,
+) -> Report:
+    """Install ``bundle_dir`` on ``device`` and benchmark it there (``bench=False``: install only).
+
+    ``device``: a :class:`Device` (:func:`edgekit.open_device`), a connected transport
+    (:func:`edgekit.connect`), or a transport kind such as ``"local"``."""
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
-    if isinstance(device, str):
-        with open_device(device, profile=prof, backend=manifest["backend"]) as opened:
-            return deploy(
-                bundle_dir,
-                opened,
-                runs=runs,
-                warmup=warmup,
-                threads=threads,
-                providers=providers,
-                progress=progress,
-                log=log,
-                bench=bench,
-            )
+    with _device_for(device, prof, manifest["backend"]) as dev:
+        return _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
+
+
+def _deploy(
+    device: Device,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    prof: profiles.Profile | None,
+    runs: int,
+    warmup: int,
+    threads: int | None,
+    providers: list[str] | None,
+    progress: Any,
+    log: Any,
+    bench: bool,
+) -> Report:
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
@@ -348,7 +137,7 @@ def deploy(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None
     return report
 
 
-def _record_lab(device, report):
+def _record_lab(device: Device, report: Report) -> None:
     """Keep the lab benchmark beside the field data of the same device, for `edgekit field report`."""
     store_id = (device.state or {}).get("health", {}).get("telemetry", {}).get("store_id")
     if not store_id:
@@ -359,10 +148,33 @@ def _record_lab(device, report):
         store.record_lab(store_id, report)
 
 
-def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None, log=None):
-    """Benchmark a bundle that is already deployed on ``device`` (no upload)."""
+def bench(
+    bundle_dir: str | Path,
+    device: Device | Transport | str,
+    runs: int = 100,
+    warmup: int = 10,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+    log: Any = None,
+) -> Report:
+    """Benchmark a bundle that is already deployed on ``device`` (as for :func:`deploy`; no upload)."""
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
+    with _device_for(device, prof, manifest["backend"]) as dev:
+        return _bench(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, log)
+
+
+def _bench(
+    device: Device,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    prof: profiles.Profile | None,
+    runs: int,
+    warmup: int,
+    threads: int | None,
+    providers: list[str] | None,
+    log: Any,
+) -> Report:
     device.ensure_agent(log=log)
     models = {m["name"]: m for m in device.call("listing models", device.client.models)}
     deployed = models.get(manifest["name"])
@@ -378,3 +190,6 @@ def bench(bundle_dir, device, runs=100, warmup=10, threads=None, providers=None,
     report = _annotate(report, manifest, device, prof)
     _record_lab(device, report)
     return report
+
+
+__all__ = ["Device", "bench", "bundle_profile", "deploy", "open_device"]

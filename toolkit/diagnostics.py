@@ -2,10 +2,12 @@
 
 import shutil
 import sys
+from typing import Any
 
 
-def doctor():
+def doctor() -> dict[str, Any]:
     from . import __version__, converters, profiles
+    from .transports import all_transports
 
     backends = {}
     for name, be in sorted(converters.all_backends().items()):
@@ -29,29 +31,12 @@ def doctor():
     except ImportError:
         fp16 = {"ok": False, "detail": "fp16 builds need onnxconverter-common: pip install 'edgekit[fp16]'"}
     backends.setdefault("ort", {})["fp16"] = fp16
-    transports = {"local": {"ok": True, "detail": f"agent runs with {sys.executable}"}}
-    try:
-        import paramiko
-
-        transports["ssh"] = {
-            "ok": True,
-            "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts",
-        }
-    except ImportError:
-        transports["ssh"] = {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
-    try:
-        import serial
-
-        transports["serial"] = {
-            "ok": True,
-            "detail": f"pyserial {serial.__version__}; the device needs a logged-in "
-            "shell on the console and Python 3.7+",
-        }
-    except ImportError:
-        transports["serial"] = {"ok": False, "detail": "pyserial is not installed: pip install 'edgekit[serial]'"}
-    from .transports.adb import availability as adb_availability
-
-    transports["adb"] = adb_availability()
+    transports = {}
+    for kind, cls in all_transports().items():
+        try:
+            transports[kind] = cls.availability()
+        except Exception as e:  # report, don't crash: doctor must always answer
+            transports[kind] = {"ok": False, "detail": f"availability check failed: {type(e).__name__}: {e}"}
     problems = []
     try:
         host = profiles.detect_host()
@@ -82,12 +67,13 @@ def doctor():
     }
 
 
-def doctor_text(d):
+def doctor_text(d: dict[str, Any]) -> str:
     lines = [f"edgekit {d['edgekit']} on Python {d['python']}"]
     h = d["host"]
     if "error" not in h:
         lines.append(
-            f"host: {h['arch']}, {h['cores']} cores, ISA {', '.join(h['isa']) or '-'}; ORT providers: {', '.join(h['ort_providers'] or [])}"
+            f"host: {h['arch']}, {h['cores']} cores, ISA {', '.join(h['isa']) or '-'}; "
+            f"ORT providers: {', '.join(h['ort_providers'] or [])}"
         )
     lines.append("backends:")
     for name, b in d["backends"].items():

@@ -38,9 +38,18 @@ MIN_SAMPLES = 20
 
 
 class FieldStore:
-    def __init__(self, path=None):
+    """The host-side store of pulled field records (SQLite). ``create=False``: a store that does not exist yet is an
+    error instead of a new empty database (reading a mistyped path must not make one)."""
+
+    def __init__(self, path=None, create=True):
         default = os.environ.get("EDGEKIT_FIELD_STORE")
         self.path = Path(path) if path else Path(default) if default else cache_root() / "field.db"
+        self.created = not self.path.exists()
+        if self.created and not create:
+            raise EdgekitError(
+                f"no field store at {self.path}: `edgekit field pull` creates it (with --store {self.path} "
+                "if you meant this path), then `edgekit field report` reads it"
+            )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(str(self.path), isolation_level=None)
@@ -354,6 +363,7 @@ def report(store, model=None, since=None, now=None):
         "model": model,
         "since": since,
         "records": len(rows),
+        "store": str(store.path),
         "entries": entries,
         "timelines": timelines,
         "regressions": regressions,
@@ -363,6 +373,12 @@ def report(store, model=None, since=None, now=None):
 
 
 def report_text(r):
+    if not r["records"]:
+        what = (f" of {r['model']}" if r["model"] else "") + (f" in the last {r['since']}" if r["since"] else "")
+        return (
+            f"no field records{what} in {r.get('store', 'the field store')}: fetch what devices recorded with "
+            "`edgekit field pull --ssh HOST` (or --adb, --serial, --local), then report again\n"
+        )
     lines = [
         f"edgekit field report: {r['records']} requests"
         + (f" of {r['model']}" if r["model"] else "")

@@ -17,261 +17,34 @@ The inventory is TOML, one ``[[device]]`` table per device (and optional
     connect_timeout = 10                # seconds to get the connection (ssh:// and serial:// devices)
     device_timeout = 120                # deadline for this device's whole deploy/bench
 
+The inventory is read and validated by :mod:`edgekit.inventory`.
+
 :func:`deploy_fleet` / :func:`bench_fleet` run every device in its own thread with its
 own :class:`edgekit.deployer.Device`, at most ``jobs`` at a time. A device that misses
 its deadline is abandoned (its connection is closed under it) and reported as
 ``timeout after N s at STEP``; it never holds up the others. Each device gives one row.
 """
 
-import os
-import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from typing import Any
 
 from .errors import EdgekitError, TransportError
+from .inventory import (  # noqa: F401  (the inventory's names, as edgekit.fleet has always offered them)
+    SCHEMES,
+    FleetDevice,
+    InventoryError,
+    load_inventory,
+    parse_inventory,
+    select,
+)
+from .transports import parse_url  # noqa: F401
 
-SCHEMES = {"ssh": "ssh", "adb": "adb", "serial": "serial", "local": "local"}
-FIELDS = {
-    "name": str,
-    "url": str,
-    "profile": str,
-    "tags": list,
-    "python": str,
-    "root": str,
-    "key": str,
-    "known_hosts": str,
-    "ssh_config": str,
-    "connect_timeout": (int, float),
-    "device_timeout": (int, float),
-}
-DEFAULTS_FIELDS = set(FIELDS) - {"name", "url"}
-HOST_PATHS = ("key", "known_hosts", "ssh_config")
+Row = dict[str, Any]  # one device's result (see _row)
 DEFAULT_JOBS = 8
 DEFAULT_DEVICE_TIMEOUT = 300.0
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class InventoryError(EdgekitError):
-    """The fleet inventory file is missing, not TOML, or has a bad entry."""
-
-
-class FleetDevice:
-    """One inventory entry, validated: where the device is and how to reach it."""
-
-    def __init__(
-        self, name, url, kind, target, options, profile=None, tags=(), python=None, root=None, device_timeout=None
-    ):
-        self.name, self.url, self.kind, self.target, self.options = name, url, kind, target, dict(options)
-        self.profile, self.tags, self.python, self.root = profile, list(tags), python, root
-        self.device_timeout = device_timeout
-
-    def to_dict(self):
-        return {
-            "name": self.name,
-            "url": self.url,
-            "kind": self.kind,
-            "target": self.target,
-            "profile": self.profile,
-            "tags": self.tags,
-            "python": self.python,
-            "root": self.root,
-            "device_timeout": self.device_timeout,
-        }
-
-    def __repr__(self):
-        return f"<FleetDevice {self.name} {self.url}>"
-
-
-# -- URLs ---------------------------------------------------------------------------
-def parse_url(url):
-    """``ssh://user@host[:port]`` | ``adb://[SERIAL]`` | ``serial:///dev/tty?baud=N`` | ``local://``
-    -> ``(kind, target, options)`` for :func:`edgekit.transports.connect`."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ValueError(
-            f"{url!r} is not a device URL; use ssh://USER@HOST[:PORT], adb://SERIAL, "
-            "serial:///dev/ttyUSB0?baud=115200 or local://"
-        )
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r} in {url!r}; use one of: {', '.join(s + '://' for s in SCHEMES)}")
-    parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    if scheme == "local":
-        if parts.netloc or parts.path not in ("", "/") or query:
-            raise ValueError(f"{url!r}: local:// takes no host, path or options")
-        return "local", None, {}
-    if scheme == "ssh":
-        if query or parts.path not in ("", "/"):
-            raise ValueError(f"{url!r}: ssh:// takes only USER@HOST[:PORT]; put keys in the entry's key/known_hosts")
-        host = parts.hostname
-        if not host:
-            raise ValueError(f"{url!r} has no host; use ssh://USER@HOST[:PORT]")
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"{url!r} has a bad port; use ssh://USER@HOST[:PORT]") from None
-        host = f"[{host}]" if ":" in host else host
-        target = (f"{unquote(parts.username)}@" if parts.username else "") + host + (f":{port}" if port else "")
-        return "ssh", target, {}
-    if scheme == "adb":
-        if query or parts.path not in ("", "/"):
-            raise ValueError(f"{url!r}: adb:// takes only a serial (adb://SERIAL), or nothing for the only device")
-        return "adb", unquote(parts.netloc) or None, {}
-    # serial:///dev/ttyUSB0?baud=115200
-    if parts.netloc:
-        raise ValueError(f"{url!r}: write the port as a path, serial:///dev/ttyUSB0 (three slashes)")
-    if not parts.path or parts.path == "/":
-        raise ValueError(f"{url!r} names no serial port; use serial:///dev/ttyUSB0?baud=115200")
-    options = {}
-    for k, v in query.items():
-        if k != "baud":
-            raise ValueError(f"{url!r}: unknown option {k!r} (serial:// takes ?baud=N)")
-        if not v.isdigit() or int(v) <= 0:
-            raise ValueError(f"{url!r}: baud must be a positive integer, not {v!r}")
-        options["baud"] = int(v)
-    return "serial", unquote(parts.path), options
-
-
-# -- inventory ----------------------------------------------------------------------
-def _check_fields(where, entry, allowed, path):
-    for key, value in entry.items():
-        if key not in allowed:
-            raise InventoryError(f"{path}: {where}: unknown field {key!r}; allowed: {', '.join(sorted(allowed))}")
-        want = FIELDS[key]
-        if isinstance(value, bool) or not isinstance(value, want):
-            kind = {str: "a string", list: "a list of strings"}.get(want, "a number of seconds")
-            raise InventoryError(f"{path}: {where}: field {key!r} must be {kind}, not {value!r}")
-        if key == "tags" and not all(isinstance(t, str) and t for t in value):
-            raise InventoryError(f"{path}: {where}: field 'tags' must be a list of non-empty strings, not {value!r}")
-        if key in ("connect_timeout", "device_timeout") and value <= 0:
-            raise InventoryError(f"{path}: {where}: field {key!r} must be positive, not {value!r}")
-
-
-def parse_inventory(data, path="inventory", base_dir=None):
-    """Validate an already-parsed inventory (a dict); return a list of :class:`FleetDevice`."""
-    from . import profiles
-
-    unknown = set(data) - {"device", "defaults"}
-    if unknown:
-        raise InventoryError(
-            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
-            "an inventory has [[device]] entries and an optional [defaults] table"
-        )
-    defaults = data.get("defaults", {})
-    if not isinstance(defaults, dict):
-        raise InventoryError(f"{path}: [defaults] must be a table")
-    _check_fields("[defaults]", defaults, DEFAULTS_FIELDS, path)
-    entries = data.get("device")
-    if not entries:
-        raise InventoryError(f"{path}: no devices; add [[device]] entries with name and url")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise InventoryError(f"{path}: 'device' must be an array of tables: write each as [[device]]")
-    base_dir = Path(base_dir) if base_dir else Path(".")
-    devices, seen = [], {}
-    for i, entry in enumerate(entries, 1):
-        where = f"device #{i}" + (f" ({entry['name']!r})" if isinstance(entry.get("name"), str) else "")
-        _check_fields(where, entry, set(FIELDS), path)
-        for required in ("name", "url"):
-            if required not in entry:
-                raise InventoryError(f"{path}: {where}: missing field {required!r}")
-        name = entry["name"]
-        if not _NAME.match(name):
-            raise InventoryError(
-                f"{path}: {where}: field 'name' must be letters, digits, '.', '_' or '-' "
-                f"(starting with a letter or digit), not {name!r}"
-            )
-        if name in seen:
-            raise InventoryError(f"{path}: {where}: name {name!r} is already used by device #{seen[name]}")
-        seen[name] = i
-        e = dict(defaults)
-        e.update(entry)
-        try:
-            kind, target, options = parse_url(e["url"])
-        except ValueError as err:
-            raise InventoryError(f"{path}: {where}: field 'url': {err}") from None
-        if e.get("profile"):
-            prof = e["profile"]
-            if not (prof in profiles.names() or (prof.endswith(".toml") and (base_dir / prof).is_file())):
-                raise InventoryError(
-                    f"{path}: {where}: field 'profile': unknown profile {prof!r}; "
-                    f"known: {', '.join(sorted(profiles.names()))}"
-                )
-            if prof.endswith(".toml"):
-                e["profile"] = str(base_dir / prof)
-        for key in HOST_PATHS:
-            if key in e:
-                p = Path(os.path.expanduser(e[key]))
-                p = p if p.is_absolute() else base_dir / p
-                if not (p.exists() if key == "ssh_config" else p.is_file()):  # ssh_config may be /dev/null
-                    raise InventoryError(f"{path}: {where}: field {key!r}: no such file {p}")
-                e[key] = str(p)
-        ssh_only = [k for k in HOST_PATHS if k in entry]
-        if ssh_only and kind != "ssh":
-            raise InventoryError(f"{path}: {where}: field {ssh_only[0]!r} applies to ssh:// devices only")
-        if "connect_timeout" in entry and kind in ("adb", "local"):  # from [defaults] it applies where it can
-            why = (
-                "the adb server holds the connection"
-                if kind == "adb"
-                else "local:// is this machine, there is nothing to connect to"
-            )
-            raise InventoryError(
-                f"{path}: {where}: field 'connect_timeout' applies to ssh:// and serial:// devices "
-                f"only ({why}); use device_timeout to bound the whole run"
-            )
-        if kind == "serial" and "connect_timeout" in e:
-            options["timeout"] = float(e["connect_timeout"])
-        if kind == "ssh":
-            options = {"key_file": e.get("key"), "ssh_config": e.get("ssh_config"), "known_hosts": e.get("known_hosts")}
-            if "connect_timeout" in e:
-                options["timeout"] = float(e["connect_timeout"])
-        devices.append(
-            FleetDevice(
-                name,
-                e["url"],
-                kind,
-                target,
-                options,
-                profile=e.get("profile"),
-                tags=e.get("tags", []),
-                python=e.get("python"),
-                root=e.get("root"),
-                device_timeout=e.get("device_timeout"),
-            )
-        )
-    return devices
-
-
-def load_inventory(path, tag=None):
-    """Read and validate a TOML inventory; keep only devices tagged ``tag`` (all if None)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise InventoryError(f"fleet inventory {path} does not exist") from None
-    except OSError as e:
-        raise InventoryError(f"cannot read fleet inventory {path}: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InventoryError(f"{path} is not valid TOML: {e}") from None
-    devices = parse_inventory(data, str(path), path.resolve().parent)
-    return select(devices, tag, str(path))
-
-
-def select(devices, tag=None, where="inventory"):
-    if tag is None:
-        return devices
-    chosen = [d for d in devices if tag in d.tags]
-    if not chosen:
-        tags = sorted({t for d in devices for t in d.tags})
-        raise InventoryError(f"{where}: no device is tagged {tag!r}; tags in use: {', '.join(tags) or 'none'}")
-    return chosen
 
 
 # -- running -----------------------------------------------------------------------
@@ -288,29 +61,15 @@ class _Job:
         self.done = threading.Event()
         self.lock = threading.Lock()
 
-    def set_step(self, step):
-        self.step = step
+    def on_step(self, step: str) -> None:
+        """The device's ``step`` hook: record the step; past the deadline, refuse to start it."""
+        with self.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
+            if self.abandoned:
+                raise TransportError(f"given up after its deadline, before {step}")
+            self.step = step
 
-    def track(self, device):
-        """Record each step the device takes (its method names are the deployer's interface)."""
-        job = self
-
-        def wrap(method, label):
-            def tracked(*args, **kwargs):
-                step = label(*args) if callable(label) else label
-                with job.lock:  # abandon() takes the lock too: past the deadline no new step starts (no commit)
-                    if job.abandoned:
-                        raise TransportError(f"given up after its deadline, before {step}")
-                    job.step = step
-                return method(*args, **kwargs)
-
-            return tracked
-
-        device.probe = wrap(device.probe, "probing the device's Python")
-        device.ensure_agent = wrap(device.ensure_agent, "starting the agent")
-        device.call = wrap(device.call, lambda step, *a: step)
-        t = device.transport
-        t.put_file = wrap(t.put_file, lambda local, remote, *a: f"copying {os.path.basename(str(remote))}")
+    def attach(self, device: Any) -> None:
+        """The device this job works on, closed by :meth:`abandon`; an already abandoned job closes it now."""
         with self.lock:
             self.device = device
             abandoned = self.abandoned
@@ -318,7 +77,7 @@ class _Job:
             device.close()
             raise TransportError("abandoned after its deadline")
 
-    def abandon(self):
+    def abandon(self) -> str:
         """Give the device up; return the step it was at. No further step starts on it; its connection is
         closed in a thread of its own (a serial line or an adb forward can take seconds to close)."""
         with self.lock:
@@ -366,7 +125,7 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
     fd = job.fd
     job.started = time.perf_counter()
     try:
-        job.set_step("connecting")
+        job.on_step("connecting")
         # local:// runs a tool-environment backend under its Python
         dev = open_device(
             fd.kind,
@@ -375,10 +134,11 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
             device_python=fd.python,
             device_root=fd.root,
             backend=backend if fd.kind == "local" else None,
+            hooks={"step": [job.on_step]},
             **fd.options,
         )
         try:
-            job.track(dev)
+            job.attach(dev)
             fn = deploy if action == "deploy" else bench
             report = fn(bundle_dir, dev, **kwargs)
         finally:
@@ -402,8 +162,14 @@ def _work(job, action, bundle_dir, profile, backend, kwargs):
 
 
 def run_fleet(
-    action, bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs
-):
+    action: str,
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Deploy (``action="deploy"``) or bench a bundle on ``devices``; return one row per device, in order."""
     from . import agent_package
     from . import bundle as bundle_mod
@@ -478,26 +244,40 @@ def run_fleet(
     return [j.row for j in all_jobs]
 
 
-def deploy_fleet(bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs):
+def deploy_fleet(
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Install and benchmark ``bundle_dir`` on every device (see :func:`edgekit.deployer.deploy` for kwargs)."""
     return run_fleet("deploy", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
 
 
-def bench_fleet(bundle_dir, devices, jobs=DEFAULT_JOBS, device_timeout=DEFAULT_DEVICE_TIMEOUT, on_row=None, **kwargs):
+def bench_fleet(
+    bundle_dir: str | Path,
+    devices: list[FleetDevice],
+    jobs: int = DEFAULT_JOBS,
+    device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
+    on_row: Callable[[Row], None] | None = None,
+    **kwargs: Any,
+) -> list[Row]:
     """Benchmark ``bundle_dir`` where it is already deployed, on every device."""
     return run_fleet("bench", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
 
 
 # -- results -----------------------------------------------------------------------
-def summary(rows, seconds=None):
+def summary(rows: list[Row], seconds: float | None = None) -> dict[str, Any]:
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "failed", "timeout")}
-    out = {"devices": len(rows), **counts}
+    out: dict[str, Any] = {"devices": len(rows), **counts}
     if seconds is not None:
         out["seconds"] = round(seconds, 3)
     return out
 
 
-def exit_code(rows):
+def exit_code(rows: list[Row]) -> int:
     """0 if every device is ok; else the code a single-device run gives for the first failed device."""
     for r in rows:
         if r["status"] != "ok":
@@ -509,7 +289,7 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def fleet_text(rows, seconds=None):
+def fleet_text(rows: list[Row], seconds: float | None = None) -> str:
     head = ("device", "url", "status", "p50 ms", "p90 ms", "accelerator", "deploy s", "total s", "step / error")
     table = []
     for r in rows:

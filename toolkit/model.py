@@ -140,6 +140,10 @@ def file_sha256(path, chunk=1 << 20):
 def load_model(path, input_shapes=None):
     """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.onnx"))[:3]
+        inside = f" (it holds {', '.join(found)})" if found else ""
+        raise ModelError(f"{path} is a directory, not a model file{inside}: give the .onnx file itself")
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     if path.suffix.lower() not in (".onnx",):

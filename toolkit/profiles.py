@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
 import jsonschema
 
 from .errors import ProfileError
+from .suggest import did_you_mean
 
 HOST = "host"
 
@@ -131,7 +132,8 @@ def load(name, extra_dirs=()):
         with resources.as_file(builtin[name]) as p:
             return load_file(p)
     raise ProfileError(
-        f"unknown device profile {name!r}. Known profiles: {', '.join(names(extra_dirs))}. "
+        f"unknown device profile {name!r}{did_you_mean(name, names(extra_dirs))}. "
+        f"Known profiles: {', '.join(names(extra_dirs))}. "
         "Add your own as NAME.toml in a directory listed in EDGEKIT_PROFILE_PATH (see `edgekit profiles show raspberrypi5` for the shape)."
     )
 

@@ -19,15 +19,17 @@ import socket
 import struct
 import subprocess
 import time
+from typing import Any
+from urllib.parse import unquote
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Transport
+from .base import AddressError, CommandResult, Flag, ProgressFn, Transport
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5037
 _SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA block
 
 
-def server_address():
+def server_address() -> tuple[str, int]:
     """``(host, port)`` of the adb server, from the environment the adb command reads."""
     spec = os.environ.get("ADB_SERVER_SOCKET")
     if spec:
@@ -46,7 +48,7 @@ def server_address():
     return host, int(port)
 
 
-def adb_executable():
+def adb_executable() -> str | None:
     """The adb command to start a server with, or None."""
     candidates = [os.environ.get("ADB"), shutil.which("adb")]
     for home in (os.environ.get("ANDROID_HOME"), os.environ.get("ANDROID_SDK_ROOT")):
@@ -71,7 +73,7 @@ def _reachable(host, port):
         return False
 
 
-def availability():
+def availability() -> dict[str, Any]:
     """For ``edgekit doctor``: ``{"ok": bool, "detail": str}``, starting nothing."""
     try:
         import adbutils
@@ -135,6 +137,25 @@ def _adb_errors():
 
 class ADBTransport(Transport):
     name = "adb"
+    url_form = "adb://SERIAL"
+    selector = Flag(
+        "--adb",
+        "",
+        "an Android device through the adb server (the only one attached, or SERIAL; deploy: all)",
+        metavar="SERIAL",
+    )
+    selector_optional = True
+    no_connect_timeout = "the adb server holds the connection"
+
+    @classmethod
+    def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
+        if query or address.rstrip("/").count("/"):
+            raise AddressError(f"{url!r}: adb:// takes only a serial (adb://SERIAL), or nothing for the only device")
+        return unquote(address.rstrip("/")) or None, {}
+
+    @classmethod
+    def availability(cls) -> dict[str, Any]:
+        return availability()
 
     def __init__(self, target=None):
         if target == "all":
@@ -156,7 +177,7 @@ class ADBTransport(Transport):
 
     # -- which device -----------------------------------------------------------
     @classmethod
-    def attached(cls):
+    def attached(cls) -> list[tuple[str, str]]:
         """``[(serial, state), ...]`` of every device the adb server knows."""
         client = _client()
         try:
@@ -166,7 +187,7 @@ class ADBTransport(Transport):
             raise TransportError(f"the adb server at {host}:{port} did not answer: {e}") from None
 
     @classmethod
-    def serials(cls):
+    def serials(cls) -> list[str]:
         """Serials of every device ready for commands (state "device"); an error if there is none."""
         devices = cls.attached()
         ready = [s for s, state in devices if state == "device"]
@@ -221,7 +242,7 @@ class ADBTransport(Transport):
         return ready[0]
 
     # -- the Transport interface ------------------------------------------------
-    def run(self, argv, timeout=120):
+    def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         cmd = " ".join(shlex.quote(str(a)) for a in argv)
         try:
             if self.shell_v2:
@@ -247,7 +268,7 @@ class ADBTransport(Transport):
         code = int(out[i + len(marker) :].strip() or 255)
         return CommandResult(code, out[:i].decode("utf-8", "replace"), "")
 
-    def put_file(self, local, remote, progress=None):
+    def put_file(self, local: Any, remote: str, progress: ProgressFn | None = None) -> None:
         name = os.path.basename(remote)
         part = remote + ".part"
         size = os.path.getsize(local)
@@ -295,7 +316,7 @@ class ADBTransport(Transport):
                 raise EOFError(c.read(struct.unpack("<I", reply[4:])[0]).decode("utf-8", "replace"))
             raise EOFError(f"the connection ended before the device confirmed the upload ({done} of {size} bytes sent)")
 
-    def forward(self, remote_port):
+    def forward(self, remote_port: int) -> int:
         cmd = f"forward:tcp:0;tcp:{int(remote_port)}"
         try:
             with self.device.open_transport(cmd) as c:
@@ -306,7 +327,7 @@ class ADBTransport(Transport):
         self._forwards.append(host_port)
         return host_port
 
-    def close(self):
+    def close(self) -> None:
         for port in self._forwards:
             try:
                 self.device.forward_remove(f"tcp:{port}", raise_non_found=False)

@@ -7,13 +7,26 @@ import select
 import shlex
 import socket
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from ..errors import BackendUnavailable, TransportError
-from .base import CommandResult, Forwarder, Transport
+from .base import AddressError, CommandResult, Flag, Forwarder, ProgressFn, Transport
 
 
-def parse_target(target):
+def _port(text, target):
+    try:
+        port = int(text)
+    except ValueError:
+        raise AddressError(f"bad SSH port {text!r} in {target!r}: use [USER@]HOST[:PORT]") from None
+    if not 0 < port < 65536:
+        raise AddressError(f"{target!r} has a bad port {port} (1-65535): use [USER@]HOST[:PORT]")
+    return port
+
+
+def parse_target(target: str) -> tuple[str | None, str, int | None]:
     """``[user@]host[:port]`` -> (user, host, port)."""
+    whole = target
     user = None
     if "@" in target:
         user, target = target.rsplit("@", 1)
@@ -21,17 +34,14 @@ def parse_target(target):
     if target.startswith("["):  # [ipv6]:port
         host, _, rest = target[1:].partition("]")
         if rest.startswith(":"):
-            port = int(rest[1:])
+            port = _port(rest[1:], whole)
     elif target.count(":") == 1:
         host, p = target.split(":")
-        try:
-            port = int(p)
-        except ValueError:
-            raise TransportError(f"bad SSH port {p!r} in {target!r}: use [USER@]HOST[:PORT]") from None
+        port = _port(p, whole)
     else:
         host = target
     if not host:
-        raise TransportError(f"bad SSH target {target!r}: use [USER@]HOST[:PORT]")
+        raise AddressError(f"{whole!r} has no host: use [USER@]HOST[:PORT]")
     return user, host, port
 
 
@@ -68,6 +78,43 @@ def _pump(client, chan):
 
 class SSHTransport(Transport):
     name = "ssh"
+    url_form = "ssh://USER@HOST[:PORT]"
+    selector = Flag("--ssh", "", "a device reached over SSH", metavar="[USER@]HOST[:PORT]")
+    flags = (
+        Flag(
+            "--ssh-key",
+            "key_file",
+            "private key for --ssh (default: ~/.ssh/config, ssh-agent, ~/.ssh/id_*)",
+            inventory="key",
+        ),
+        Flag("--ssh-config", "ssh_config", "ssh client config file (default ~/.ssh/config)", inventory="ssh_config"),
+        Flag(
+            "--known-hosts",
+            "known_hosts",
+            "extra known_hosts file to verify the device's host key against",
+            inventory="known_hosts",
+        ),
+    )
+    connect_timeout = "timeout"
+
+    @classmethod
+    def parse_address(cls, address: str, query: dict[str, str], url: str) -> tuple[str | None, dict[str, Any]]:
+        if query or "/" in address.rstrip("/"):
+            raise AddressError(f"{url!r}: ssh:// takes only USER@HOST[:PORT]; put keys in the entry's key/known_hosts")
+        address = address.rstrip("/")
+        if not address:
+            raise AddressError(f"{url!r} has no host; use ssh://USER@HOST[:PORT]")
+        user, host, port = parse_target(address)
+        host = f"[{host}]" if ":" in host else host
+        return (f"{unquote(user)}@" if user else "") + host + (f":{port}" if port else ""), {}
+
+    @classmethod
+    def availability(cls) -> dict[str, Any]:
+        try:
+            import paramiko
+        except ImportError:
+            return {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
+        return {"ok": True, "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts"}
 
     def __init__(self, target, key_file=None, ssh_config=None, known_hosts=None, timeout=15.0):
         if not target:
@@ -149,7 +196,7 @@ class SSHTransport(Transport):
             raise TransportError(f"the connection to {self.description} was lost")
         return t
 
-    def run(self, argv, timeout=120):
+    def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         self._check()
         cmd = " ".join(shlex.quote(str(a)) for a in argv)
         try:
@@ -161,13 +208,13 @@ class SSHTransport(Transport):
             raise TransportError(f"lost {self.description} while running {argv[0]}: {e}") from None
         return CommandResult(rc, out, err)
 
-    def sftp(self):
+    def sftp(self) -> Any:
         if self._sftp is None:
             self._check()
             self._sftp = self.client.open_sftp()
         return self._sftp
 
-    def put_file(self, local, remote, progress=None):
+    def put_file(self, local: Any, remote: str, progress: ProgressFn | None = None) -> None:
         part = remote + ".part"
         name = os.path.basename(remote)
         try:
@@ -180,7 +227,7 @@ class SSHTransport(Transport):
         except (self._paramiko.SSHException, EOFError, OSError) as e:
             raise TransportError(f"upload of {name} to {self.description} failed: {e}") from None
 
-    def forward(self, remote_port):
+    def forward(self, remote_port: int) -> int:
         """A host loopback port; each connection to it is a direct-tcpip channel to the device's ``remote_port``."""
         t = self._check()
         remote_port = int(remote_port)
@@ -200,7 +247,7 @@ class SSHTransport(Transport):
         self._forwards.append(fw)
         return fw.port
 
-    def close(self):
+    def close(self) -> None:
         for fw in self._forwards:
             fw.close()
         self._forwards = []

@@ -1,0 +1,71 @@
+"""``edgekit agent start|stop|status``, ``edgekit rollback NAME``, ``edgekit models [--remove NAME]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import render
+from .options import backend_agent_option, device_options, device_target, open_device
+from .output import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("agent", help="start, stop or show the agent on a device")
+    s.add_argument("action", choices=["start", "stop", "status"])
+    device_options(s)
+    backend_agent_option(s)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=run_agent)
+
+    s = sub.add_parser("rollback", help="serve the previous kept version of a model on a device again")
+    s.add_argument("name", help="model name on the device (see `edgekit models`)")
+    s.add_argument("--to", metavar="VERSION", help="a specific kept version instead of the previous one")
+    device_options(s)
+    backend_agent_option(s)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=run_rollback)
+
+    s = sub.add_parser("models", help="list the models a device serves, with the versions it keeps")
+    s.add_argument("--remove", metavar="NAME", help="unload NAME and delete every version the device keeps of it")
+    device_options(s)
+    backend_agent_option(s)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=run_models)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    with open_device(args, backend=args.backend) as dev:
+        action = {"start": dev.start_agent, "stop": dev.stop_agent, "status": dev.agent_status}[args.action]
+        result = action()
+    emit(args, result, render.agent_state)
+    return 0
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    with open_device(args, backend=args.backend) as dev:
+        dev.ensure_agent()
+        result = dev.rollback(args.name, args.to)
+    emit(args, result, render.rollback)
+    return 0
+
+
+def run_models(args: argparse.Namespace) -> int:
+    from ..device import other_local_agents
+
+    with open_device(args, backend=args.backend) as dev:
+        dev.ensure_agent()
+        if args.remove:
+            emit(args, dev.remove(args.remove), render.removed)
+            return 0
+        models = dev.models()
+        where = dev.transport.description
+        local = device_target(args)[0] == "local" and not args.backend and not args.device_root
+        others = other_local_agents(dev.root) if local else []
+    keys = ("name", "version", "versions", "backend", "precision", "profile", "loaded")
+    data = {
+        "device": where,
+        "models": [{k: m.get(k) for k in keys} for m in models],
+        **({"other_agents": others} if others else {}),
+    }
+    emit(args, data, render.models)
+    return 0
