@@ -359,10 +359,19 @@ def test_yolox_detector_ddddocr(zoo):
     assert str(inferred.spec) == "detection:yolox,size=416x416,strides=8x16x32" and "YOLOX" in inferred.reason
     ok = _judge(ref, _noisy(ref), "fp32", inferred)
     assert ok["passed"] and ok["task"]["metrics"]["boxes_reference"] >= 6 and ok["task"]["reason"] == inferred.reason
-    # scores sharing one uint8 scale with pixel-sized values (as when the head's decode is in the graph): crushed
-    crushed = [{"output": _fake_quant(s["output"], -2.0, 416.0)} for s in ref]
+    # objectness and class scores quantized with one uint8 scale shared with pixel-sized boxes (0..416, as when
+    # the decode is in the graph and concatenated with the scores): the scores are crushed, the boxes kept
+    crushed = []
+    for s in ref:
+        out = s["output"].copy()
+        out[..., 4:] = _fake_quant(out[..., 4:], 0.0, 416.0)
+        crushed.append({"output": out})
     rec = _judge(ref, crushed, "int8", inferred)
-    assert _cos(rec) > 0.99 and not rec["passed"] and rec["task"]["metrics"]["box_f1"] < 0.8
+    metrics = rec["task"]["metrics"]
+    assert not rec["passed"] and metrics["boxes_candidate"] < metrics["boxes_reference"] and metrics["map50"] < 0.9
+    assert "map50" in rec["failures"][0] and "keep the detection head" in rec["failures"][0]
+    # its cosine (0.985) is above the INT8 cosine gate: without the task the build would have been kept
+    assert _cos(rec) > 0.98 and fidelity.verdict(fidelity.compare(ref, crushed), fidelity.thresholds_for("int8")) == []
 
 
 @pytest.mark.e2e
@@ -444,3 +453,30 @@ def test_ppocr_cls_classification(zoo):
     rec = _judge(ref, flipped, "int8", inferred, labels)
     assert not rec["passed"] and any("top1_agreement" in f for f in rec["failures"])
     assert any("accuracy_pct" in f for f in rec["failures"])
+
+
+def test_resolve_task_prefers_the_given_task(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.tasks import resolve_task
+
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+    )
+    model = helper.make_model(graph)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    inferred = resolve_task(None, path)
+    assert str(inferred.spec) == "classification" and inferred.inferred and "softmax over 5 classes" in inferred.reason
+    given = resolve_task("embedding", path)
+    assert str(given.spec) == "embedding" and not given.inferred and given.to_dict()["reason"] == "given: embedding"
+    # a 2-D output without softmax: logits or an embedding, never a confident guess
+    model.graph.node[0].op_type = "Relu"
+    del model.graph.node[0].attribute[:]
+    unsure = resolve_task("", model)
+    assert str(unsure.spec) == "generic" and "cannot tell" in unsure.reason and "--task" in unsure.reason

@@ -1,7 +1,7 @@
 """Task-aware fidelity: what a model is for, how to decode its outputs, and how to judge a build by its answers.
 
 - :func:`parse_task` reads ``--task`` specs (``detection:yolov8,conf=0.25,iou=0.45``); :func:`infer_task` guesses
-  the task from the model with the reason;
+  the task from the model with the reason; :func:`resolve_task` is the one call a build makes (given, else inferred);
 - :func:`evaluate` decodes the reference's and a candidate's outputs and measures their agreement (box F1 and
   mAP@0.5, mask IoU and PSNR, mIoU/Dice, CER, cosine and nearest neighbours, top-1/top-5);
 - :func:`judge` applies the default gates per task and precision (:data:`GATES`);
@@ -13,7 +13,7 @@ Decoders live in :mod:`.boxes`, :mod:`.regions` and :mod:`.sequence`.
 from .custom import UserMetric, load_metric
 from .evaluate import PRIMARY, evaluate
 from .gates import GATES, gates_for, judge
-from .infer import Inference, infer_task
+from .infer import Inference, infer_task, resolve_task
 from .spec import FORMS, TaskError, TaskSpec, parse_task
 
 __all__ = [
@@ -30,4 +30,5 @@ __all__ = [
     "judge",
     "load_metric",
     "parse_task",
+    "resolve_task",
 ]

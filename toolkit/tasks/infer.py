@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from .boxes import anchors_per_cell
-from .spec import TaskSpec
+from .spec import TaskSpec, parse_task
 
 PASS_THROUGH = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Scale"}
 
@@ -27,8 +27,10 @@ class Inference:
     spec: TaskSpec
     reason: str
 
+    inferred: bool = True
+
     def to_dict(self) -> dict[str, object]:
-        return {**self.spec.to_dict(), "reason": self.reason, "inferred": True}
+        return {**self.spec.to_dict(), "reason": self.reason, "inferred": self.inferred}
 
 
 def _tail_op(graph: onnx.GraphProto, name: str) -> str:
@@ -208,3 +210,17 @@ def _several_outputs(names, known, hw, generic) -> Inference:  # type: ignore[no
                     f"{classes} class scores and 4 x {dist // 4}-bin box distributions: PicoDet/GFL head",
                 )
     return generic(f"{len(names)} outputs ({', '.join(_dims(s) for s in known.values())}) that match no known head")
+
+
+def resolve_task(
+    task: str | TaskSpec | None,
+    model: onnx.ModelProto | str | Path,
+    outputs: Mapping[str, np.ndarray] | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+) -> Inference:
+    """The task to judge a build by: the user's (``--task``), else the one inferred from the model and one sample
+    of the reference run. Either way an :class:`Inference` whose reason says where the task came from."""
+    if task is not None and str(task).strip():
+        spec = parse_task(task)
+        return Inference(spec, f"given: {spec}", inferred=False)
+    return infer_task(model, outputs, inputs)
