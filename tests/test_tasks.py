@@ -480,3 +480,31 @@ def test_resolve_task_prefers_the_given_task(tmp_path):
     del model.graph.node[0].attribute[:]
     unsure = resolve_task("", model)
     assert str(unsure.spec) == "generic" and "cannot tell" in unsure.reason and "--task" in unsure.reason
+
+
+def _graph(outputs, ops=None, input_shape=(1, 3, 64, 64)):
+    """A model whose graph only declares its outputs (infer_task reads shapes and ops, it never runs the model)."""
+    from onnx import TensorProto, helper
+
+    ops = ops or ["Identity"] * len(outputs)
+    nodes = [helper.make_node(op, ["x"], [name]) for op, name in zip(ops, outputs, strict=True)]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in outputs.items()]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(input_shape))
+    return helper.make_model(helper.make_graph(nodes, "g", [x], outs))
+
+
+@pytest.mark.parametrize(
+    "outputs, ops, family, words",
+    [
+        ({"seg": (1, 21, 64, 64)}, None, "segmentation:semantic", "21 class scores per pixel"),
+        ({"heat": (1, 17, 16, 16)}, None, "generic", "heatmaps, cannot tell"),
+        ({"det": (1, 84, 84)}, None, "generic", "matches no known head"),  # 84 rows are not 64x64 anchors
+        ({"det": (1, 84, 84)}, ["NonMaxSuppression"], "detection:nms", "NonMaxSuppression"),
+        ({"boxes": (1, 100, 4), "scores": (1, 100, 91)}, None, "detection:ssd", "SSD/RetinaNet"),
+        ({"emb": (1, 128)}, ["LpNormalization"], "embedding", "L2-normalised"),
+        ({"a": (1, 4), "b": (1, 10)}, None, "generic", "2 outputs"),
+    ],
+)
+def test_inference_rules_on_declared_shapes(outputs, ops, family, words):
+    inferred = infer_task(_graph(outputs, ops))
+    assert str(inferred.spec) == family and words in inferred.reason

@@ -157,16 +157,17 @@ def _one_output(name, s, tail, value, hw, generic) -> Inference:  # type: ignore
                     f"{' (ends in Sigmoid)' if tail == 'Sigmoid' else ''}: dense map, thresholded at 0.3",
                 )
             return generic(f"one output {_dims(s)}: a single-channel map {where} that is not a probability")
-        if 2 <= s[1] <= 1000:
+        if 2 <= s[1] <= 1000 and ((s[2], s[3]) == hw or tail in ("Softmax", "ArgMax")):
             return Inference(
                 TaskSpec("segmentation", "semantic"),
                 f"one output {_dims(s)}: {s[1]} class scores per pixel {where}: semantic segmentation (argmax)",
             )
+        return generic(f"one output {_dims(s)}: {s[1]} maps {where}: segmentation logits or heatmaps, cannot tell")
     if len(squeezed) == 1 and squeezed[0] >= 2:
         c = squeezed[0]
         if tail == "Softmax" or _is_distribution(value.reshape(value.shape[0], -1) if value is not None else None):
             return Inference(TaskSpec("classification"), f"one output {_dims(s)} ending in a softmax over {c} classes")
-        if tail in ("LpNormalization", "Div") and c >= 16:
+        if tail == "LpNormalization" and c >= 16:
             return Inference(TaskSpec("embedding"), f"one output {_dims(s)}: a {c}-d vector, L2-normalised ({tail})")
         if any(k in name.lower() for k in ("embed", "feature", "pooler")) and c >= 16:
             return Inference(
