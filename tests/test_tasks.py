@@ -415,7 +415,7 @@ def test_ppocr_det_dense_map(zoo):
 
 
 @pytest.mark.e2e
-def test_ppocr_rec_ctc(zoo):
+def test_ppocr_rec_ctc(zoo, tmp_path):
     data, cache = zoo
     feeds = [{"x": data.ppocr_line_input(data.text_line(text))} for text in LINES]
     ref = _run(cache, "ppocr_v4_rec", feeds)
@@ -423,6 +423,16 @@ def test_ppocr_rec_ctc(zoo):
     assert str(inferred.spec) == "ctc,blank=0" and "CTC" in inferred.reason and "6625 classes" in inferred.reason
     ok = _judge(ref, _noisy(ref), "fp32", inferred)
     assert ok["passed"] and ok["task"]["metrics"]["sequence_equal"] == 1.0
+    # with transcripts as labels and the model's own charset (blank, its 'character' metadata, a space)
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(cache / "models" / "ppocr_v4_rec.onnx")).metadata_props}
+    charset = tmp_path / "ppocr_keys.txt"
+    charset.write_text("\n".join(["<blank>", *meta["character"].splitlines(), " "]), encoding="utf-8")
+    with_labels = _judge(ref, _noisy(ref), "fp32", parse_task(f"ctc,charset={charset}"), LINES)
+    # the model reads the third line with a leading space: 1 extra character in 22
+    assert with_labels["task"]["labels"]["reference"] == pytest.approx(100 * (1 - 1 / 22 / 3))
+    assert with_labels["task"]["labels"]["drop"] == 0.0
     # swap the two best classes at every other emitting step: the strings change, the gate says so
     bad = []
     for s in ref:
@@ -508,3 +518,19 @@ def _graph(outputs, ops=None, input_shape=(1, 3, 64, 64)):
 def test_inference_rules_on_declared_shapes(outputs, ops, family, words):
     inferred = infer_task(_graph(outputs, ops))
     assert str(inferred.spec) == family and words in inferred.reason
+
+
+@pytest.mark.e2e
+def test_mtcnn_onet_keypoints(zoo):
+    """MTCNN O-Net (MIT): face crops of the astronaut, 5 landmarks as fractions of the crop."""
+    data, cache = zoo
+    img = data.photo(cache, "astronaut.png")
+    feeds = [{"input_3": data.mtcnn_crop_input(img, box)} for box in ((170, 70, 280, 180), (180, 80, 270, 170))]
+    ref = _run(cache, "mtcnn_onet", feeds)
+    inferred = infer_task(cache / "models" / "mtcnn_onet.onnx", ref[0], feeds[0])
+    assert str(inferred.spec) == "generic" and "3 outputs" in inferred.reason  # box, landmarks, score: not guessed
+    task = parse_task("keypoints,output=dense_6")
+    assert _judge(ref, _noisy(ref), "fp32", task)["passed"]
+    shifted = [{**s, "dense_6": s["dense_6"] + np.float32(0.05)} for s in ref]  # every landmark 5 % of the crop off
+    rec = _judge(ref, shifted, "int8", task)
+    assert not rec["passed"] and rec["task"]["metrics"]["pck"] == 0.0 and "pck" in rec["failures"][0]
