@@ -161,3 +161,31 @@ def test_steps_from_threads():
 def test_bad_mode():
     with pytest.raises(ValueError, match="use one of live, plain, quiet"):
         Progress("fancy")
+
+
+def test_tool_environment_creation_counts_pips_packages():
+    """pip's 'Collecting' lines advance the creation step; its whole output is shown only with --verbose; a plain
+    log callable still gets pip's progress-like lines, as before."""
+    from collections import deque
+
+    from edgekit import toolenvs
+
+    script = "echo 'Collecting onnx==1.17.0'; echo '  Downloading onnx.whl'; echo 'Collecting numpy==2.1.0'; "
+    script += "echo 'Installing collected packages: numpy, onnx'; echo 'some other line'"
+    out = io.StringIO()
+    p = Progress("plain", out, verbose=False)
+    with p.step("demo tool environment: downloading", total=2) as step:
+        assert toolenvs._run_logged(["sh", "-c", script], p, deque(maxlen=5), step=step) == 0
+        assert step.completed == 2 and step.name == "demo tool environment: installing"
+    assert "Collecting" not in out.getvalue() and "some other line" not in out.getvalue()
+    verbose = io.StringIO()
+    toolenvs._run_logged(["sh", "-c", script], Progress("plain", verbose, verbose=True), deque(maxlen=5))
+    assert "some other line" in verbose.getvalue()
+    lines = []
+    toolenvs._run_logged(["sh", "-c", script], lines.append, deque(maxlen=5))
+    assert lines == [
+        "  Collecting onnx==1.17.0",
+        "  Downloading onnx.whl",
+        "  Collecting numpy==2.1.0",
+        "  Installing collected packages: numpy, onnx",
+    ]
