@@ -58,9 +58,11 @@ class Step:
         self._last_line = self.started
 
     def count(self) -> str:
-        """``3/10``, ``1.2 MB/4.0 MB``, or ``3`` without a total."""
+        """``3/10``, ``1.2 MB/4.0 MB``, or ``3`` without a total (nothing before the first part)."""
         fmt = _size if self.unit == "bytes" else (lambda n: f"{n:g}")
-        return f"{fmt(self.completed)}/{fmt(self.total)}" if self.total is not None else fmt(self.completed)
+        if self.total is None:
+            return fmt(self.completed) if self.completed else ""
+        return f"{fmt(self.completed)}/{fmt(self.total)}"
 
     def advance(self, n: float = 1) -> None:
         self.update(completed=self.completed + n)
