@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import EdgekitError, FidelityError
+from .progress import Progress
 
 
 def _err(msg):
@@ -75,7 +76,7 @@ def cmd_build(args):
     from .builder import build
     from .report import build_text
 
-    log = (lambda m: None) if args.quiet else (lambda m: _err(m))
+    log = Progress.for_command(json=args.json, quiet=args.quiet, verbose=getattr(args, "verbose", False))
     if args.auto:
         return _cmd_build_auto(args, log)
     auto_only = [
@@ -500,7 +501,7 @@ def cmd_backends(args):
         if not args.name:
             raise EdgekitError(f"usage: edgekit backends {args.action} NAME")
         if args.action == "install":
-            st = toolenvs.install_backend(args.name, log=(lambda m: None) if args.json else _err)
+            st = toolenvs.install_backend(args.name, log=Progress.for_command(json=args.json))
             _emit(args, st, lambda d: f"{args.name}: {d['detail']}\n")
         else:
             removed = toolenvs.remove_backend(args.name)
