@@ -17,6 +17,12 @@ returns a :class:`edgekit.device.Device`, the agent on that device.
 
 __version__ = "0.1.0"
 
+# Before anything here imports onnxruntime: ONNX Runtime records telemetry from its import on unless
+# ORT_DISABLE_TELEMETRY=1 is set first (the processes edgekit starts inherit it).
+from edgekit_agent.runners.quiet import no_ort_telemetry  # noqa: E402
+
+no_ort_telemetry()
+
 from . import profiles  # noqa: E402
 from .errors import (  # noqa: E402
     AgentError,

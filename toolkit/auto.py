@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import bundle as bundle_mod
-from . import converters, profiles
+from . import converters, profiles, progress
 from .errors import EdgekitError, FidelityError, ProfileError
 from .report import write_report
 
@@ -126,8 +126,16 @@ def _build_all(model, prof, cands, workdir, build_kwargs, jobs, log):
         )
         return c
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, cands))
+    with progress.of(log).step(f"--auto: building {len(cands)} candidates", total=len(cands)) as step:
+
+        def counted(c):
+            try:
+                return one(c)
+            finally:
+                step.advance()
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(counted, cands))
 
 
 def _measure(built, device_url, prof, runs, warmup, rounds, device_python, device_root, log):
@@ -158,8 +166,11 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
         return devices[key]
 
     description = device_url
+    prog = progress.of(log)
     try:
+        deploying = prog.step(f"--auto: deploying {len(built)} candidates", total=len(built))
         for c in built:
+            deploying.advance()
             try:
                 dev = device_for(c)
                 description = dev.transport.description
@@ -167,10 +178,13 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
                 c["deployed_to"] = dev
             except EdgekitError as e:
                 c.update(status="failed", reason=f"deploy failed: {e}")
+        deploying.done()
         p50s = {c["label"]: [] for c in built}
         last = {}
+        measuring = prog.step(f"--auto: benchmarking on {device_url}", total=rounds * len(built))
         for r in range(rounds):
             for c in built:
+                measuring.advance()
                 if c["status"] != "built":
                     continue  # failed in an earlier round: not measured again
                 try:
@@ -181,6 +195,7 @@ def _measure(built, device_url, prof, runs, warmup, rounds, device_python, devic
                 p50s[c["label"]].append(rep["latency_ms"]["p50"])
                 last[c["label"]] = rep
             log(f"  round {r + 1}/{rounds} measured")
+        measuring.done()
         for c in built:
             if c["status"] != "built" or not p50s[c["label"]]:
                 continue

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, converters, fidelity, profiles
+from . import __version__, cache, converters, fidelity, profiles, progress
 from . import bundle as bundle_mod
 from .data import load_dataset, save_samples, synthetic_dataset
 from .errors import ProfileError
@@ -282,12 +282,14 @@ def _build_one(
             f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
             f"{'synthetic' if fid_ds.synthetic else 'real'} samples"
         )
-        reference_outputs = _reference_outputs(be, reference_path, fid_ds)
+        with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
+            reference_outputs = _reference_outputs(be, reference_path, fid_ds)
         steps = []
         last_outputs = [reference_outputs]
 
         def check(step, model_path):
-            outputs = be.predict(model_path, fid_ds.samples)
+            with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
+                outputs = be.predict(model_path, fid_ds.samples)
             last_outputs[0] = outputs
             record = fidelity.check_step(step, reference_outputs, outputs, fid_ds.labels, thresholds, allow_degraded)
             steps.append(record)
@@ -310,7 +312,9 @@ def _build_one(
         if pruning:  # the backend converts the pruned model; every step is still checked against the original
             ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)
         log(f"building {backend} {precision} for {prof.name}")
-        result = be.build(ctx)
+        calibrating = f", calibrating on {len(calib_ds)} samples" if calib_ds and precision == "int8" else ""
+        with progress.of(log).step(f"building {backend} {precision}{calibrating}"):
+            result = be.build(ctx)
         result.sections["placement"] = _placement(result, ctx, backend)
 
         staged = bundle_mod.staging_dir(output)

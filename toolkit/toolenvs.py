@@ -32,6 +32,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import progress
 from .errors import BackendUnavailable, ConversionError
 
 MARKER = "edgekit-toolenv.json"
@@ -362,15 +363,27 @@ _PROGRESS = re.compile(
 )
 
 
-def _run_logged(cmd, log, tail, env=None):
-    """Run ``cmd``, sending progress-like lines to ``log`` and keeping the last lines in ``tail``."""
+def _run_logged(cmd, log, tail, env=None, step=None):
+    """Run ``cmd``, keeping the last lines in ``tail``. Every line is a detail of ``log`` (shown with --verbose);
+    pip's progress-like lines advance ``step`` (one per package collected) on a display that shows steps, and are
+    logged as lines otherwise."""
+    prog = progress.of(log)
     with subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL
     ) as proc:
         for line in proc.stdout:
             line = line.rstrip()
             tail.append(line)
-            if log and _PROGRESS.match(line.strip()):
+            prog.detail(line)
+            what = _PROGRESS.match(line.strip())
+            if not what:
+                continue
+            if step is not None and prog.shows_steps:
+                if what.group(1) == "Collecting":
+                    step.advance()
+                elif what.group(1) == "Installing collected":
+                    step.update(name=f"{step.name.split(':')[0]}: installing")
+            elif log:
                 log(f"  {line.strip()}")
         return proc.wait()
 
@@ -420,7 +433,11 @@ def ensure(spec, log=print) -> str:
                     *spec.requirements,
                 ]
                 env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-                if _run_logged(cmd, log, tail, env=env) != 0:
+                with progress.of(log).step(
+                    f"{spec.name} tool environment: downloading", total=len(spec.requirements)
+                ) as step:
+                    rc = _run_logged(cmd, log, tail, env=env, step=step)
+                if rc != 0:
                     raise BackendUnavailable(
                         f"installing the {spec.name} tool environment failed; pip said:\n  "
                         + "\n  ".join(tail)
@@ -496,7 +513,8 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
     stderr lines stream to ``log``; stdout goes to ``<script>.stdout.log`` in ``workdir``.
     Returns the parsed result.json; a failure or timeout raises ConversionError.
     """
-    py = ensure(spec, log=None)  # creation progress on stderr even when the tool's own chatter is not wanted
+    # creation progress on the caller's display, or on stderr even when the tool's own chatter is not wanted
+    py = ensure(spec, log=log if isinstance(log, progress.Progress) else None)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     req, res = workdir / "request.json", workdir / "result.json"

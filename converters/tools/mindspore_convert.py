@@ -19,6 +19,9 @@ import os
 import sys
 import time
 
+# ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
+os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+
 
 def rewrite_hardsigmoid(model):
     import numpy as np

@@ -25,6 +25,9 @@ import shutil
 import sys
 import time
 
+# ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
+os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+
 
 class _NoFeedback(object):
     def __init__(self, *args, **kwargs):

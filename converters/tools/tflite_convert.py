@@ -32,6 +32,9 @@ import shutil
 import sys
 import time
 
+# ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
+os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+
 
 def log(msg):
     sys.__stderr__.write(msg + "\n")  # edgekit's log, also while a tool's own stderr is redirected

@@ -19,13 +19,10 @@ What MNN does that this module has to handle (measured with MNN 3.6.1, the PyPI 
 Python 3.7 syntax; MNN and numpy are imported lazily.
 """
 
-import os
 import re
-import sys
-import tempfile
-import threading
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
+from .quiet import CaptureStdout
 
 # MNNForwardType values (MNN/MNNForwardType.h). 13 is MNN_FORWARD_CPU_EXTENSION: the CPU backend
 # with x86 SIMD kernels, which is what a CPU session reports on x86.
@@ -40,74 +37,10 @@ _FEATURES_RE = re.compile(r"The device supports:([^\n]*)")
 _state = {"module": None, "import_output": ""}
 
 
-def _flush_c_stdio():
-    """Flush C stdio buffers, so text MNN printf'd lands where fd 1 points *now*."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-    except Exception:  # no libc handle (Windows): nothing buffered there to flush
-        pass
-
-
-_CAPTURE_LOCK = threading.RLock()  # fd 1 is process-wide: one capture at a time (nesting in a thread is fine)
-
-
-class CaptureStdout(object):
-    """Point file descriptor 1 at a temporary file while MNN's C++ code may print, then restore it.
-
-    ``text`` holds what was printed; it is echoed on stderr (``echo=True``) so nothing is lost, and
-    stdout keeps only what Python writes there.
-    """
-
-    def __init__(self, echo=True):
-        self.echo = echo
-        self.text = ""
-        self._saved = None
-        self._tmp = None
-
-    def __enter__(self):
-        _CAPTURE_LOCK.acquire()
-        try:
-            sys.stdout.flush()
-        except Exception:
-            pass
-        _flush_c_stdio()
-        try:
-            self._tmp = tempfile.TemporaryFile()
-            self._saved = os.dup(1)
-            os.dup2(self._tmp.fileno(), 1)
-        except OSError:  # no usable fd 1 (a daemon without stdout): nothing to protect
-            if self._saved is not None:
-                os.close(self._saved)
-            self._saved = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._saved is not None:
-            _flush_c_stdio()
-            os.dup2(self._saved, 1)
-            os.close(self._saved)
-            self._saved = None
-            self._tmp.seek(0)
-            self.text = self._tmp.read().decode("utf-8", "replace")
-            if self.echo and self.text.strip():
-                try:
-                    sys.stderr.write(self.text if self.text.endswith("\n") else self.text + "\n")
-                    sys.stderr.flush()
-                except Exception:
-                    pass
-        if self._tmp is not None:
-            self._tmp.close()
-            self._tmp = None
-        _CAPTURE_LOCK.release()
-        return False
-
-
 def import_mnn():
     """``import MNN`` (never ``MNN.tools``) with its C++ prints kept off stdout; cached."""
     if _state["module"] is None:
-        with CaptureStdout() as cap:
+        with CaptureStdout(echo=False) as cap:  # the CPU feature banner: parsed by cpu_features(), not shown
             import MNN
         _state["module"] = MNN
         _state["import_output"] = cap.text

@@ -5,6 +5,7 @@ import os
 import tempfile
 
 from .base import Runner, RuntimeMissing
+from .quiet import no_ort_telemetry
 
 CPU = "CPUExecutionProvider"
 
@@ -17,6 +18,7 @@ class OrtRunner(Runner):
     @classmethod
     def runtime_version(cls):
         try:
+            no_ort_telemetry()
             import onnxruntime
         except ImportError:
             return None
@@ -24,6 +26,7 @@ class OrtRunner(Runner):
 
     def _ort(self):
         try:
+            no_ort_telemetry()
             import onnxruntime
         except ImportError as e:
             raise RuntimeMissing(

@@ -16,6 +16,7 @@ outputs (full int8) are quantized/dequantized here with the tensor's scale and z
 import time
 
 from .base import Runner, RunnerFault, RuntimeMissing
+from .quiet import CaptureStdout
 
 # Shared-library names the delegates ship as (a profile's ``delegate_libraries`` overrides them).
 DELEGATE_LIBRARIES = {
@@ -29,15 +30,17 @@ CPU_NAMES = ("xnnpack", "cpu")
 def _interpreter_module():
     """``(pip name, module, version)`` of the first LiteRT interpreter importable here, or None."""
     try:
-        import ai_edge_litert
-        from ai_edge_litert import interpreter as mod
+        with CaptureStdout(echo=False):  # some LiteRT builds print MNN's CPU feature banner on import
+            import ai_edge_litert
+            from ai_edge_litert import interpreter as mod
 
         return "ai-edge-litert", mod, getattr(ai_edge_litert, "__version__", None) or _dist_version("ai-edge-litert")
     except ImportError:
         pass
     try:
-        import tflite_runtime
-        from tflite_runtime import interpreter as mod
+        with CaptureStdout(echo=False):
+            import tflite_runtime
+            from tflite_runtime import interpreter as mod
 
         return "tflite-runtime", mod, getattr(tflite_runtime, "__version__", None) or _dist_version("tflite-runtime")
     except ImportError:

@@ -6,7 +6,7 @@ import argparse
 
 from ..errors import EdgekitError
 from . import render
-from .output import emit, err
+from .output import emit, logger
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def run_backends(args: argparse.Namespace) -> int:
     if not args.name:
         raise EdgekitError(f"usage: edgekit backends {args.action} NAME")
     if args.action == "install":
-        st = toolenvs.install_backend(args.name, log=(lambda m: None) if args.json else err)
+        st = toolenvs.install_backend(args.name, log=logger(args))
         emit(args, st, lambda d: f"{args.name}: {d['detail']}\n")
         return 0
     removed = toolenvs.remove_backend(args.name)

@@ -46,8 +46,12 @@ def emit(args: Namespace, data: Any, text_fn: Callable[[Any], str] | None) -> No
 
 
 def logger(args: Namespace) -> Callable[[str], None]:
-    """Progress lines on stderr, or nothing with ``-q``."""
-    return (lambda m: None) if getattr(args, "quiet", False) else err
+    """Progress on stderr (live on a terminal, plain lines otherwise); nothing with ``-q`` or ``--json``."""
+    from ..progress import Progress
+
+    return Progress.for_command(
+        json=getattr(args, "json", False), quiet=getattr(args, "quiet", False), verbose=getattr(args, "verbose", False)
+    )
 
 
 def write_html(path: str | Path, html: str) -> None:

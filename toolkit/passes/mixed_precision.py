@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from ..errors import DataError, EdgekitError, FidelityError
 
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -383,6 +384,12 @@ def search(be, ctx, plain=None):
 
     ``plain``: the all-INT8 model when the backend has already built it (saves one quantization).
     """
+    budget = Budget.parse(ctx.budget)
+    with progress.of(ctx.log).step(f"--budget {budget}: evaluating candidates", total=budget.max_evaluations) as step:
+        return _search(be, ctx, plain, step)
+
+
+def _search(be, ctx, plain, step):
     import onnx
 
     from .. import fidelity
@@ -403,6 +410,7 @@ def search(be, ctx, plain=None):
         value, score, holds, detail = budget.measure(metrics)
         e = _Eval(tuple(l.name for l in exclude), path, value, score, holds, detail, _size(path), metrics)
         evals.append(e)
+        step.advance()
         ctx.log(
             f"  budget {budget}: {len(exclude)} layer(s) float -> {_fmt(budget, value)} "
             f"({'holds' if holds else 'over budget'})"
