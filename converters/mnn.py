@@ -117,13 +117,10 @@ def _run_tool(kind, argv, cwd, expect):
 
 class MNNBackend(Backend):
     name = "mnn"
-    runtime = "MNN"
     install_hint = "Install it with: pip install 'edgekit[mnn]' (or pip install MNN)."
-    precisions = ("fp32", "fp16", "int8", "int8-weights", "int4-weights")
 
-    def __init__(self):
-        self._int8_plan = {}  # workdir -> the (feature method, weight method, samples) plain int8 chose
-        self._ops_cache = {}  # workdir -> the FP32 .mnn's weighted op names
+    # per-build state lives in ctx.session.memo: "mnn.int8_plan" (the feature method, weight method and sample
+    # count plain int8 chose) and "mnn.weighted_ops" (the FP32 .mnn's weighted op names)
 
     def availability(self):
         import importlib.util
@@ -160,6 +157,18 @@ class MNNBackend(Backend):
                 return p
         return "fp32"
 
+    def host_settings(self, arch, isa):
+        import importlib.util
+
+        if importlib.util.find_spec("MNN") is None:
+            return None
+        # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
+        return {
+            "backend": "CPU",
+            "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
+            "precision_mode": "normal",
+        }
+
     # -- host-side inference (fidelity, timing) -------------------------------------
     @staticmethod
     def _threads(threads):
@@ -177,27 +186,28 @@ class MNNBackend(Backend):
             self._convert(Path(onnx_path), out, [], Path(tmp))
             return self._model(out, threads, feed)
 
-    def predict(self, model_path, samples, threads=None):
+    def reference_threads(self, threads):
+        return self._threads(threads)
+
+    def reference_outputs(self, model_path, samples, threads=None, session=None):
+        """onnxruntime runs the reference when installed, so the FP32 step really tests MNN's converter."""
+        try:
+            return super().reference_outputs(model_path, samples, threads, session)
+        except ImportError:
+            model = self._onnx_as_mnn(model_path, threads, samples[0])
+            return [model.run(feed) for feed in samples]
+
+    def predict(self, model_path, samples, threads=None, session=None):
+        """A built .mnn run by the agent's MNN runner code (its MNNModel); an ONNX file is the reference."""
         if str(model_path).endswith(".onnx"):
-            # The reference: onnxruntime runs it when installed, so the FP32 step really tests MNN's converter.
-            try:
-                import onnxruntime as ort
-            except ImportError:
-                model = self._onnx_as_mnn(model_path, threads, samples[0])
-                return [model.run(feed) for feed in samples]
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            so.intra_op_num_threads = self._threads(threads)
-            sess = ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
-            names = [o.name for o in sess.get_outputs()]
-            return [dict(zip(names, sess.run(names, feed))) for feed in samples]
+            return self.reference_outputs(model_path, samples, threads, session)
         model = self._model(model_path, threads, samples[0])
         try:
             return [model.run(feed) for feed in samples]
         finally:
             model.close()
 
-    def runner(self, model_path, threads=None):
+    def runner(self, model_path, threads=None, session=None):
         """Timing on the host: an ONNX reference is timed as MNN FP32, so the comparison is MNN against MNN."""
         state = {}
 
@@ -471,7 +481,11 @@ class MNNBackend(Backend):
                 if proc.stdout is not None and not proc.stdout.closed:
                     proc.communicate()
         if best is not None:
-            self._int8_plan[str(work)] = (best[1]["feature_method"], best[1]["weight_method"], best[1]["samples"])
+            ctx.session.memo["mnn.int8_plan"] = (
+                best[1]["feature_method"],
+                best[1]["weight_method"],
+                best[1]["samples"],
+            )
         if best is None:
             raise ConversionError(
                 "MNN's quantization tool failed for every calibration: "
@@ -517,7 +531,7 @@ class MNNBackend(Backend):
 
     def _weighted_ops(self, ctx):
         """``[op name]`` of the FP32 .mnn's convolutions (MNN turns Gemm/MatMul with constant weights into them)."""
-        cached = self._ops_cache.get(str(ctx.workdir))
+        cached = ctx.session.memo.get("mnn.weighted_ops")
         if cached is not None:
             return cached
         from edgekit.errors import ConversionError
@@ -537,7 +551,7 @@ class MNNBackend(Backend):
         for sub in net.get("subgraphs") or []:
             ops.extend(sub.get("nodes") or [])
         names = [op.get("name") for op in ops if op.get("type") in MNN_WEIGHTED and op.get("name")]
-        self._ops_cache[str(ctx.workdir)] = names
+        ctx.session.memo["mnn.weighted_ops"] = names
         return names
 
     def layer_names(self, ctx, layers):
@@ -592,7 +606,7 @@ class MNNBackend(Backend):
             )
         skip = sorted(set(names.values()))
         work = ctx.workdir
-        method, weights, k = self._int8_plan.get(str(work)) or (
+        method, weights, k = ctx.session.memo.get("mnn.int8_plan") or (
             INT8_CANDIDATES[0][0],
             INT8_CANDIDATES[0][1],
             min(INT8_CANDIDATES[0][2], len(ctx.calib)),

@@ -100,13 +100,10 @@ def _quiet():
 
 class OpenVINOBackend(Backend):
     name = "openvino"
-    runtime = "openvino"
     install_hint = "Install it with: pip install 'edgekit[openvino]' (openvino and nncf)."
-    precisions = ("fp32", "fp16", "int8", "int8-weights")
 
     def __init__(self):
         self._core = None
-        self.reference_runtime = None  # who ran the last ONNX reference (recorded in the report)
 
     def core(self):
         if self._core is None:
@@ -148,18 +145,21 @@ class OpenVINOBackend(Backend):
                 return p
         return "fp32"
 
-    # -- host-side inference ------------------------------------------------------
-    def _compile(self, model_path, threads=None, precision=None, latency=False):
-        core = self.core()
-        config = {}
-        if precision:
-            config["INFERENCE_PRECISION_HINT"] = precision
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
-        if latency:
-            config["PERFORMANCE_HINT"] = "LATENCY"
-        return core.compile_model(core.read_model(str(model_path)), "CPU", config)
+    def host_settings(self, arch, isa):
+        import importlib.util
 
+        if importlib.util.find_spec("openvino") is None:
+            return None
+        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend),
+        # and fp16 builds run there in bf16, the fastest OpenVINO build of PP-OCR on such a CPU (measured).
+        bf16 = bool({"avx512_bf16", "amx_bf16"} & set(isa))
+        return {
+            "device": "CPU",
+            "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
+            "hint": "LATENCY",
+        }
+
+    # -- host-side inference ------------------------------------------------------
     def _mark(self, model_path):
         """The execution precision an IR asks for (rt_info), None for the device's default."""
         if Path(model_path).suffix == ".onnx":
@@ -167,41 +167,41 @@ class OpenVINOBackend(Backend):
         model = self.core().read_model(str(model_path))
         return model.get_rt_info(PRECISION_MARK).astype(str) if model.has_rt_info(PRECISION_MARK) else None
 
-    @staticmethod
-    def _outputs(compiled):
-        return [(o.get_any_name(), o) for o in compiled.outputs]
+    def execution(self, model_path, threads=None, session=None, inference_precision="f32"):
+        """The agent's OpenVINO runner on this machine's CPU plugin, executing at ``inference_precision`` (fidelity:
+        f32; None: the CPU's default), without a model cache beside the file."""
+        from edgekit.execution import in_process
 
-    def predict(self, model_path, samples, threads=None):
-        if Path(model_path).suffix == ".onnx":
-            outputs = self._predict_reference(model_path, samples, threads)
-            if outputs is not None:
-                return outputs
-            self.reference_runtime = f"openvino {self.runtime_version()} (CPU, INFERENCE_PRECISION_HINT=f32)"
-        compiled = self._compile(model_path, threads, precision="f32")
-        names = self._outputs(compiled)
-        request = compiled.create_infer_request()
-        out = []
-        for feed in samples:
-            res = request.infer(feed)
-            out.append({name: res[port].copy() for name, port in names})
-        return out
+        manifest = self.manifest_for(model_path, session)
+        options = dict(manifest.get("runner") or {}, device="CPU", model_cache=False)
+        options["inference_precision"] = inference_precision
+        return in_process(self.name, model_path, dict(manifest, runner=options), threads)
 
-    def _predict_reference(self, model_path, samples, threads):
-        """ONNX Runtime reads the ONNX file independently of OpenVINO's frontend, when installed."""
+    def reference_outputs(self, model_path, samples, threads=None, session=None):
+        """ONNX Runtime reads the ONNX file independently of OpenVINO's frontend, when installed; else OpenVINO."""
+        from edgekit.execution import predict
+
         try:
-            from .ort import BACKEND as ort_backend
+            import onnxruntime
 
-            outputs = ort_backend.predict(model_path, samples, threads)
-            self.reference_runtime = f"onnxruntime {ort_backend.runtime_version()} (CPU, FP32)"
-            return outputs
+            outputs = super().reference_outputs(model_path, samples, threads)
+            who = f"onnxruntime {onnxruntime.__version__} (CPU, FP32)"
         except Exception:  # not installed, or it cannot run this model: OpenVINO runs the reference
-            return None
+            outputs = predict(self.execution(model_path, threads, session), samples)
+            who = f"openvino {self.runtime_version()} (CPU, INFERENCE_PRECISION_HINT=f32)"
+        if session is not None:
+            session.notes["reference_runtime"] = who
+        return outputs
 
-    def runner(self, model_path, threads=None):
+    def predict(self, model_path, samples, threads=None, session=None):
+        """Fidelity: built IRs executed at f32 by the agent's runner; an ONNX file is the reference."""
+        if Path(model_path).suffix == ".onnx":
+            return self.reference_outputs(model_path, samples, threads, session)
+        return super().predict(model_path, samples, threads, session)
+
+    def runner(self, model_path, threads=None, session=None):
         """The model as the device runs it (fp32 IRs at f32, others in the CPU's default), for timing."""
-        compiled = self._compile(model_path, threads, precision=self._mark(model_path), latency=True)
-        request = compiled.create_infer_request()
-        return lambda feed: request.infer(feed)
+        return self.execution(model_path, threads, session, inference_precision=self._mark(model_path))
 
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):
@@ -277,7 +277,7 @@ class OpenVINOBackend(Backend):
             "devices_in_order": device_list(device),
             "performance_hint": hint,
             "inference_precision": exec_precision or "device default",
-            "fidelity_reference": self.reference_runtime,
+            "fidelity_reference": ctx.session.notes.get("reference_runtime"),
             "fidelity_executed_at": "f32 (INFERENCE_PRECISION_HINT) on this machine's CPU plugin",
             "this_cpu_default_precision": host_default,
         }

@@ -45,9 +45,7 @@ class _Reader:
 
 class OrtBackend(Backend):
     name = "ort"
-    runtime = "onnxruntime"
     install_hint = "Install it with: pip install 'edgekit[ort]' (or pip install onnxruntime)."
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
 
     def availability(self):
         try:
@@ -69,24 +67,26 @@ class OrtBackend(Backend):
             return p
         return "fp32"
 
-    # -- host-side inference (fidelity) -------------------------------------------
-    def session(self, model_path, threads=None):
-        import onnxruntime as ort
+    def host_settings(self, arch, isa):
+        """Always ranked first on the host (the reference runtime)."""
+        providers = ["CPUExecutionProvider"]
+        try:
+            import onnxruntime
 
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        if threads:
-            so.intra_op_num_threads = threads
-        return ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
+            available = onnxruntime.get_available_providers()
+            providers = [p for p in available if p not in ("AzureExecutionProvider",)] or providers
+        except ImportError:
+            pass
+        return {
+            "providers": providers,
+            # ORT format is for minimal/mobile builds; on a full runtime plain ONNX loads as fast or faster.
+            "format": "onnx",
+            "precisions": ["int8", "fp32"],
+            "int8_reduce_range": arch == "x86_64" and not ({"avx512_vnni", "avx_vnni"} & set(isa)),
+        }
 
-    def predict(self, model_path, samples, threads=None):
-        sess = self.session(model_path, threads)
-        names = [o.name for o in sess.get_outputs()]
-        return [dict(zip(names, sess.run(names, feed))) for feed in samples]
-
-    def runner(self, model_path, threads=None):
-        sess = self.session(model_path, threads)
-        return lambda feed: sess.run(None, feed)
+    # host-side inference: the reference by edgekit.execution.reference_session, built models by the agent's
+    # ONNX Runtime runner (Backend.execution), as the device runs them
 
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):

@@ -120,18 +120,15 @@ def _structured_probe(specs, seed=0):
 
 class TFLiteBackend(Backend):
     name = "tflite"
-    runtime = "ai-edge-litert"
     install_hint = (
         "The host needs the LiteRT runtime for fidelity checks: pip install 'edgekit[tflite]' "
         "(ai-edge-litert); the converter lives in a tool environment edgekit creates "
         "(`edgekit backends install tflite`)."
     )
-    precisions = ("fp32", "fp16", "int8-dynamic", "int8")
     toolenv = TOOLENV
 
-    def __init__(self):
-        self._fp32_for = {}  # reference .onnx -> its FP32 .tflite in the current build (host timing)
-        self._converted = {}  # build workdir -> the tool's result for the build's conversion (mixed precision)
+    # per-build state lives in ctx.session: the FP32 .tflite of each reference (host timing) and, in
+    # memo["tflite.converted"], the tool's result for the build's conversion (mixed precision)
 
     def availability(self):
         from edgekit import toolenvs
@@ -165,6 +162,14 @@ class TFLiteBackend(Backend):
                 return p
         return "fp32"
 
+    def host_settings(self, arch, isa):
+        import importlib.util
+
+        if importlib.util.find_spec("ai_edge_litert") is None and importlib.util.find_spec("tflite_runtime") is None:
+            return None
+        # XNNPACK: static int8 ~2x faster than fp32 on x86; dynamic-range int8 slower than fp32 (measured).
+        return {"delegates": ["xnnpack"], "precisions": ["int8", "fp32"]}
+
     # -- host-side inference (fidelity, timing) -------------------------------------
     def _model(self, model_path, threads, specs_from=None):
         """The agent's runner on the host, with the layout file beside the model."""
@@ -188,38 +193,39 @@ class TFLiteBackend(Backend):
         r.load()
         return r
 
-    def _ort(self, model_path, threads):
-        import onnxruntime as ort
+    def reference_threads(self, threads):
+        return _threads(threads)
 
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = _threads(threads)
-        return ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
+    def execution(self, model_path, threads=None, session=None):
+        """The agent's LiteRT runner, in this Python."""
+        return self._model(model_path, threads)
 
-    def predict(self, model_path, samples, threads=None):
+    def predict(self, model_path, samples, threads=None, session=None):
         if str(model_path).endswith(".onnx"):  # the reference: ONNX Runtime, so the FP32 step tests onnx2tf
-            sess = self._ort(model_path, threads)
-            names = [o.name for o in sess.get_outputs()]
-            return [dict(zip(names, sess.run(names, feed))) for feed in samples]
-        model = self._model(model_path, threads)
-        return [model.run(feed) for feed in samples]
+            return self.reference_outputs(model_path, samples, threads, session)
+        return super().predict(model_path, samples, threads, session)
 
-    def runner(self, model_path, threads=None):
+    def runner(self, model_path, threads=None, session=None):
         """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT): the one this
         build made, else one converted now (e.g. the unpruned model of a pruned build). Close it when done."""
         from .toolworker import HostRunner, own_fp32
 
-        path, cleanup = own_fp32(self, model_path, self._fp32_for)
+        path, cleanup, _ = own_fp32(self, model_path, session)
         model = self._model(path, threads)
         return HostRunner(model.run, cleanup + [model.close], runtime=self.runtime)
 
-    def _convert(self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None, extra=None):
+    def _convert(
+        self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None, extra=None, session=None
+    ):
         import numpy as np
 
         from edgekit import toolenvs
 
         work.mkdir(parents=True, exist_ok=True)
         np.savez(work / "probe.npz", **probe)
+        from edgekit.execution import reference_outputs
+
+        np.savez(work / "probe_outputs.npz", **reference_outputs(onnx_path, [probe])[0])
         request = {
             "step": f"onnx2tf + ai-edge-quantizer ({precision})",
             "onnx": str(onnx_path),
@@ -227,6 +233,7 @@ class TFLiteBackend(Backend):
             "inputs": [{"name": s.name, "shape": s.shape} for s in specs],
             "outputs": [{"name": s.name} for s in outputs],
             "probe": str(work / "probe.npz"),
+            "probe_outputs": str(work / "probe_outputs.npz"),
             "threads": threads,
         }
         if calib is not None:
@@ -237,10 +244,11 @@ class TFLiteBackend(Backend):
         request.update(extra or {})
         res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
         (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
-        self._fp32_for[str(Path(onnx_path).resolve())] = Path(res["fp32"])
+        if session is not None:
+            session.register_fp32(onnx_path, res["fp32"])
         return res
 
-    def convert_fp32(self, onnx_path, workdir):
+    def convert_fp32(self, onnx_path, workdir, session=None):
         """``onnx_path`` as an FP32 .tflite in ``workdir`` (for timing a reference this build did not convert)."""
         from edgekit.model import load_model
 
@@ -254,6 +262,7 @@ class TFLiteBackend(Backend):
             _structured_probe(src.inputs),
             _threads(None),
             log=None,
+            session=session,
         )
         return Path(res["fp32"])
 
@@ -284,8 +293,9 @@ class TFLiteBackend(Backend):
             ctx.log,
             calib=ctx.calib if ctx.precision == "int8" else None,
             extra={"calibration_cache": str(work / "calibration.json")} if ctx.budget else None,
+            session=ctx.session,
         )
-        self._converted[str(ctx.workdir)] = res
+        ctx.session.memo["tflite.converted"] = res
         seconds = round(time.perf_counter() - t0, 2)
         fp32, model_file = Path(res["fp32"]), Path(res["model"])
         ctx.check("fp32 (ONNX -> TFLite, onnx2tf)", fp32)
@@ -362,7 +372,7 @@ class TFLiteBackend(Backend):
     # -- mixed precision (--budget) ---------------------------------------------------
     def _weighted_ops(self, ctx):
         """The build's float32 .tflite weighted ops (converted now when called outside a build)."""
-        res = self._converted.get(str(ctx.workdir))
+        res = ctx.session.memo.get("tflite.converted")
         if res is None:
             work = Path(ctx.workdir) / "tflite"
             res = self._convert(
@@ -374,8 +384,9 @@ class TFLiteBackend(Backend):
                 _structured_probe(ctx.source.inputs),
                 _threads(None),
                 ctx.log,
+                session=ctx.session,
             )
-            self._converted[str(ctx.workdir)] = res
+            ctx.session.memo["tflite.converted"] = res
         return res
 
     def _scopes(self, ctx, layer):

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from edgekit_agent.runners.table import TABLE
+
 from . import __version__
 from .errors import EdgekitError, FidelityError
 
@@ -607,13 +609,14 @@ def parser():
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
     s.add_argument(
         "--backend",
-        help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
-        "mindspore-lite (see `edgekit backends`)",
+        help="runtime to build for: "
+        + ", ".join(n + " (default)" * (n == "ort") for n in TABLE.names())
+        + " (see `edgekit backends`)",
     )
     s.add_argument(
         "--precision",
         default="auto",
-        choices=["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"],
+        choices=["auto", *TABLE.precisions()],
         help="auto: what the profile runs fast (int8 needs --calib); int8-dynamic: ort; "
         "int8-weights: openvino, mnn; int4-weights: mnn",
     )
