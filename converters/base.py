@@ -66,6 +66,7 @@ class Backend(abc.ABC):
     name = ""  # its row in the backend table (edgekit_agent.runners.table) says the rest
     install_hint = ""  # how to get the runtime
     toolenv = None  # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
+    placement = None  # import name of its placement module (accelerator checks, selective build; edgekit.placement)
 
     @property
     def row(self) -> Row:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from .base import BuildResult
-from .toolworker import ToolEnvBackend
+from ..base import BuildResult
+from ..toolworker import ToolEnvBackend
 
-TOOLS = Path(__file__).resolve().parent / "tools"
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
 
 class MindSporeLiteBackend(ToolEnvBackend):
@@ -96,7 +96,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
     def convert_fp32(self, onnx_path, workdir, session=None):
         from edgekit.model import load_model
 
-        from .session import BuildSession
+        from ..session import BuildSession
 
         session = session if session is not None else BuildSession()
         src = load_model(onnx_path)

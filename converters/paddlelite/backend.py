@@ -21,15 +21,16 @@ from pathlib import Path
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from .base import BuildResult
-from .toolworker import ToolEnvBackend
+from ..base import BuildResult
+from ..toolworker import ToolEnvBackend
 
-TOOLS = Path(__file__).resolve().parent / "tools"
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
 HOST_TARGET = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm", "arm64": "arm"}
 
 
 class PaddleLiteBackend(ToolEnvBackend):
     name = "paddlelite"
+    placement = "edgekit.converters.paddlelite.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "edgekit creates its tool environment on first use: `edgekit backends install paddlelite`."
     toolenv = ToolEnvSpec(
         name="paddlelite",
@@ -113,7 +114,7 @@ class PaddleLiteBackend(ToolEnvBackend):
     def convert_fp32(self, onnx_path, workdir, session=None):
         from edgekit.model import load_model
 
-        from .session import BuildSession
+        from ..session import BuildSession
 
         session = session if session is not None else BuildSession()
         host = self.host_target()
