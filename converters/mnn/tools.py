@@ -67,7 +67,7 @@ def _finish_tool(proc, timeout=3600):
 
 
 def _tail(output, n=8):
-    lines = [l for l in output.splitlines() if l.strip() and not l.startswith(_PROGRESS)]
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith(_PROGRESS)]
     return "\n    ".join(lines[-n:]) or "(no output)"
 
 
