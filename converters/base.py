@@ -6,15 +6,19 @@ the step's output on the host and compares it with the reference; see
 :mod:`edgekit.fidelity`). It never writes the bundle itself: it returns a
 :class:`BuildResult` and the build pipeline assembles, hashes and writes the bundle.
 
-To add a backend: subclass :class:`Backend`, implement the abstract methods, and add
-it to ``BACKEND_MODULES`` in :mod:`edgekit.converters` (the module ends with
-``BACKEND = MyBackend()``). The agent side is a runner with the
-same ``name`` in ``edgekit_agent.runners``.
+To add a backend: subclass :class:`Backend`, implement the abstract methods, end the module
+with ``BACKEND = MyBackend()``, write its runner (``edgekit_agent.runners``) and add one row
+to the backend table (:mod:`edgekit_agent.runners.table`): its precisions, refused precisions
+and runtime package come from that row.
 """
 
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from edgekit_agent.runners.table import TABLE, Row
+
+from .session import BuildSession
 
 
 @dataclass
@@ -32,6 +36,7 @@ class BuildContext:
     budget: object = None  # edgekit.passes.mixed_precision.Budget: int8 with layers kept float until it holds
     evaluation: object = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
+    session: BuildSession = field(default_factory=BuildSession)  # what this build remembers (never shared)
 
     def require_calibration(self, what, instead):
         """Refuse calibrated quantization without real data from the user's domain."""
@@ -58,11 +63,35 @@ class BuildResult:
 
 
 class Backend(abc.ABC):
-    name = ""
-    runtime = ""  # the runtime's Python package, on host and device
+    name = ""  # its row in the backend table (edgekit_agent.runners.table) says the rest
     install_hint = ""  # how to get the runtime
-    precisions = ()  # precisions this backend can build
     toolenv = None  # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
+    placement = None  # import name of its placement module (accelerator checks, selective build; edgekit.placement)
+
+    @property
+    def row(self) -> Row:
+        row = TABLE.get(self.name)
+        if row is None:
+            raise LookupError(f"backend {self.name!r} has no row in the backend table (edgekit_agent.runners.table)")
+        return row
+
+    @property
+    def runtime(self) -> str:
+        """The runtime's Python package, on host and device."""
+        return self.row.runtime
+
+    @property
+    def precisions(self) -> tuple:
+        """Every precision the command line accepts for it (some may be refused, with the reason)."""
+        return self.row.precisions
+
+    def refuse_unbuildable(self, precision: str) -> None:
+        """Raise ConversionError with the table's reason where this release refuses to build ``precision``."""
+        reason = self.row.refused.get(precision)
+        if reason is not None:
+            from edgekit.errors import ConversionError
+
+            raise ConversionError(f"{self.name} {precision} refused: {reason}")
 
     @abc.abstractmethod
     def availability(self):
@@ -92,13 +121,60 @@ class Backend(abc.ABC):
     def build(self, ctx):
         """Convert and shrink ``ctx.reference_path``; return a BuildResult."""
 
-    @abc.abstractmethod
-    def predict(self, model_path, samples, threads=None):
-        """Run a built model on the host: list of output dicts, one per sample."""
+    # -- running models on the host (edgekit.execution) -------------------------------
+    def reference_threads(self, threads: int | None) -> int | None:
+        """Intra-op threads ONNX Runtime runs the reference with for this backend (None: its default)."""
+        return threads
 
-    @abc.abstractmethod
-    def runner(self, model_path, threads=None):
-        """A callable ``run(feed)`` for the built model on the host (for timing)."""
+    def reference_outputs(self, model_path, samples, threads=None, session=None) -> list:
+        """The ONNX reference run by ONNX Runtime on the CPU: list of output dicts, one per sample."""
+        from edgekit.execution import reference_outputs
+
+        return reference_outputs(model_path, samples, self.reference_threads(threads))
+
+    def manifest_for(self, model_path, session=None) -> dict:
+        """What the agent's runner needs about ``model_path``: registered by the build (``session``), else the
+        bundle's manifest beside it, else the source's inputs and outputs (a file of this build, unregistered),
+        else nothing (a runner that reads what it needs from the model file)."""
+        from edgekit.errors import ConversionError
+        from edgekit.execution import manifest_beside
+
+        entry = session.manifest_for(model_path) if session is not None else None
+        if entry is not None:
+            return entry
+        try:
+            return manifest_beside(model_path)
+        except ConversionError:
+            return session.default_manifest() if session is not None else {"inputs": [], "outputs": [], "runner": {}}
+
+    def execution(self, model_path, threads=None, session=None):
+        """``model_path`` loaded as the device runs it (an :class:`edgekit.execution.Execution`): by default the
+        agent's own runner in this Python. A backend whose runtime lives in a tool environment overrides this."""
+        from edgekit.execution import in_process
+
+        return in_process(self.name, model_path, self.manifest_for(model_path, session), threads)
+
+    def predict(self, model_path, samples, threads=None, session=None) -> list:
+        """Run a built model on the host with the device's runner: list of output dicts, one per sample."""
+        from edgekit.execution import predict
+
+        return predict(self.execution(model_path, threads, session), samples)
+
+    def runner(self, model_path, threads=None, session=None):
+        """A callable ``run(feed)`` for the built model on the host (for timing), with ``close()``."""
+        return self.execution(model_path, threads, session)
+
+    def host_settings(self, arch: str, isa: list) -> dict | None:
+        """This backend's section of the detected ``host`` profile, or None where it does not run here.
+
+        The default: runs here when its runtime package imports, with no settings."""
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(self.runtime) is not None
+        except (ImportError, ValueError):
+            found = False
+        return {} if found else None
 
     def local_device_python(self):
         """The Python that runs the agent for ``deploy --local`` when the runtime lives in a tool environment

@@ -3,7 +3,8 @@
 The host Python cannot import such runtimes (paddlelite has wheels up to 3.10, mindspore_lite
 for 3.7 only), so :class:`RunnerWorker` starts ``tools/runner_worker.py`` under the environment's
 Python with the agent zipapp on its path: the device's own runner loads the model once and runs
-each sample sent over a pipe (a JSON header plus raw array bytes: no files, ~0.1 ms per call).
+each sample sent over a pipe in the agent's tensor encoding (``edgekit_sdk.wire``: the command in
+the header's metadata, the arrays after it; no files, ~0.1 ms per call).
 
 :class:`ToolEnvBackend` is what the Paddle Lite and MindSpore Lite backends share: availability
 from the environment's state, host inference through a worker, timing runners that own (and
@@ -16,6 +17,7 @@ import os
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
@@ -24,9 +26,10 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-import numpy as np
+from edgekit_sdk import wire
 
 from .base import Backend
+from .session import BuildSession
 
 WORKER = Path(__file__).resolve().parent / "tools" / "runner_worker.py"
 LOAD_TIMEOUT = 600  # s for the runtime to load a model; a runtime that hangs longer is stopped
@@ -116,14 +119,6 @@ class RunnerWorker:
             self._fail("no answer (the worker closed its output)")
         self._buf += chunk
 
-    def _read_line(self, deadline, timeout):
-        while b"\n" not in self._buf:
-            self._fill(deadline, timeout)
-        k = self._buf.index(b"\n") + 1
-        line = bytes(self._buf[:k])
-        del self._buf[:k]
-        return line
-
     def _read_exact(self, n, deadline, timeout):
         while len(self._buf) < n:
             self._fill(deadline, timeout)
@@ -133,24 +128,20 @@ class RunnerWorker:
 
     def _call(self, head, arrays=(), timeout=None):
         timeout = timeout or self.run_timeout
-        metas, blobs = [], []
-        for name, a in arrays:
-            a = np.ascontiguousarray(a)
-            metas.append({"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "nbytes": a.nbytes})
-            blobs.append(a.tobytes())
         try:
             try:
-                self.proc.stdin.write(b"".join([(json.dumps(dict(head, arrays=metas)) + "\n").encode(), *blobs]))
+                self.proc.stdin.write(wire.encode_tensors(dict(arrays), meta=head))
             except (BrokenPipeError, OSError) as e:
                 self._fail(f"{type(e).__name__}: {e}")
             deadline = time.monotonic() + timeout
-            reply = json.loads(self._read_line(deadline, timeout))
+            prefix = self._read_exact(8, deadline, timeout)
+            if prefix[:4] != wire.MAGIC:
+                self._fail(f"the worker answered something else than edgekit tensors ({prefix!r})")
+            raw = self._read_exact(struct.unpack("<I", prefix[4:])[0], deadline, timeout)
+            payload = sum(int(e["nbytes"]) for e in json.loads(raw)["tensors"])
+            out, reply = wire.decode_tensors(prefix + raw + self._read_exact(payload, deadline, timeout))
             if not reply.get("ok"):
                 self._fail(reply.get("error", "unknown error"))
-            out = {}
-            for m in reply.get("arrays") or []:
-                data = self._read_exact(m["nbytes"], deadline, timeout)
-                out[m["name"]] = np.frombuffer(data, dtype=m["dtype"]).reshape(m["shape"]).copy()
             return reply, out
         except BaseException:
             # failed or interrupted (Ctrl-C) mid-exchange: the worker is of no more use; stop it now
@@ -159,6 +150,12 @@ class RunnerWorker:
 
     def run(self, feed):
         return self._call({"cmd": "run"}, sorted(feed.items()))[1]
+
+    __call__ = run
+
+    @property
+    def runtime(self):
+        return self.describe.get("runtime", "")
 
     def close(self):
         self._finalizer()
@@ -185,7 +182,7 @@ def _kill(proc):
 def _stop(proc):
     if proc.poll() is None:
         try:
-            proc.stdin.write(b'{"cmd": "close"}\n')
+            proc.stdin.write(wire.encode_tensors({}, meta={"cmd": "close"}))
             proc.stdin.flush()
             proc.wait(timeout=10)
         except (OSError, ValueError, subprocess.TimeoutExpired):
@@ -197,21 +194,23 @@ def _stop(proc):
             pass
 
 
-def own_fp32(backend, model_path, built):
-    """``(path, cleanup)``: what to time for ``model_path`` in ``backend``'s runtime.
+def own_fp32(backend, model_path, session=None):
+    """``(path, cleanup, session)``: what to time for ``model_path`` in ``backend``'s runtime.
 
     A built model is itself; an ONNX reference is the runtime's fp32 build of it: the one this
-    build made (``built``: reference path -> fp32 file), else one converted now into a temporary
-    directory that ``cleanup`` (a list of callables) removes.
+    build made (``session.fp32_for``), else one converted now into a temporary directory that
+    ``cleanup`` (a list of callables) removes, registered in ``session`` (a new one when None).
     """
+    session = session if session is not None else BuildSession()
     if not str(model_path).endswith(".onnx"):
-        return model_path, []
-    fp32 = built.get(str(Path(model_path).resolve()))
+        return model_path, [], session
+    fp32 = session.fp32_for(model_path)
     if fp32 is not None:
-        return fp32, []
+        return fp32, [], session
     tmp = Path(tempfile.mkdtemp(prefix=f"edgekit-{backend.name}-timing-"))
     try:
-        return backend.convert_fp32(model_path, tmp), [lambda: shutil.rmtree(tmp, ignore_errors=True)]
+        path = backend.convert_fp32(model_path, tmp, session=session)
+        return path, [lambda: shutil.rmtree(tmp, ignore_errors=True)], session
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -243,10 +242,6 @@ class ToolEnvBackend(Backend):
     ready_detail = ""
     noise = ()
 
-    def __init__(self):
-        self._registered = {}  # built model path -> inputs, outputs, runner options (for the host worker)
-        self._fp32_of = {}  # reference .onnx -> this runtime's fp32 build of it (host timing)
-
     def availability(self):
         from edgekit import toolenvs
 
@@ -267,42 +262,48 @@ class ToolEnvBackend(Backend):
 
         return toolenvs.ensure(self.toolenv, log=None)
 
-    # -- registration by the build ----------------------------------------------------
-    def register(self, model_path, inputs, outputs, runner_options):
-        self._registered[str(Path(model_path).resolve())] = {
-            "inputs": inputs,
-            "outputs": outputs,
-            "runner": runner_options,
-        }
-
-    def register_fp32(self, reference_path, model_path):
-        self._fp32_of[str(Path(reference_path).resolve())] = Path(model_path)
-
     # -- host-side inference ----------------------------------------------------------
-    def worker(self, model_path, threads=None):
-        return RunnerWorker(self.toolenv, self.name, model_path, model_manifest(model_path, self._registered), threads)
+    def reference_threads(self, threads):
+        return threads or min(4, os.cpu_count() or 1)
 
-    def predict(self, model_path, samples, threads=None):
+    def manifest_for(self, model_path, session=None):
+        """Registered by the build (``session``), else the bundle's manifest beside the model: the runners of
+        these runtimes need the inputs and the runner options."""
+        from edgekit.execution import manifest_beside
+
+        entry = session.manifest_for(model_path) if session is not None else None
+        return entry if entry is not None else manifest_beside(model_path)
+
+    def execution(self, model_path, threads=None, session=None):
+        """The agent's runner in the tool environment's Python (a worker process)."""
+        from edgekit.execution import in_toolenv
+
+        return in_toolenv(self.toolenv, self.name, model_path, self.manifest_for(model_path, session), threads)
+
+    def worker(self, model_path, threads=None, session=None):
+        return self.execution(model_path, threads, session)
+
+    def predict(self, model_path, samples, threads=None, session=None):
         if str(model_path).endswith(".onnx"):
-            return onnx_predict(model_path, samples, threads)[2]
-        with self.worker(model_path, threads) as worker:
-            return [worker.run(feed) for feed in samples]
+            return self.reference_outputs(model_path, samples, threads, session)
+        return super().predict(model_path, samples, threads, session)
 
-    def runner(self, model_path, threads=None):
+    def runner(self, model_path, threads=None, session=None):
         """For timing on the host; close it when done. An ONNX reference is timed as this runtime's own fp32 build
         of it (made by this build, or converted now when this build did not make one, e.g. for the unpruned model
         of a pruned build), so a comparison is runtime against runtime."""
-        model_path, cleanup = own_fp32(self, model_path, self._fp32_of)
+        model_path, cleanup, session = own_fp32(self, model_path, session)
         try:
-            worker = self.worker(model_path, threads)
+            worker = self.worker(model_path, threads, session)
         except BaseException:
             for fn in cleanup:
                 fn()
             raise
         return HostRunner(worker.run, cleanup + [worker.close], runtime=self.runtime)
 
-    def convert_fp32(self, onnx_path, workdir):
-        """Convert ``onnx_path`` to this runtime's fp32 model for this host in ``workdir``; register it; return it."""
+    def convert_fp32(self, onnx_path, workdir, session=None):
+        """Convert ``onnx_path`` to this runtime's fp32 model for this host in ``workdir``; register it in
+        ``session``; return it."""
         raise NotImplementedError
 
     def quiet(self, log):
@@ -316,30 +317,9 @@ class ToolEnvBackend(Backend):
         return out
 
 
-def model_manifest(model_path, registered):
-    """What the runner needs about a model: registered by the build, else the bundle's manifest beside it."""
-    key = str(Path(model_path).resolve())
-    if key in registered:
-        return registered[key]
-    manifest = Path(model_path).parent / "manifest.json"
-    if manifest.is_file():
-        m = json.loads(manifest.read_text())
-        return {"inputs": m["inputs"], "outputs": m["outputs"], "runner": m.get("runner", {})}
-    from edgekit.errors import ConversionError
-
-    raise ConversionError(
-        f"{model_path}: no manifest.json beside it and not built in this process: cannot tell its "
-        "inputs and runner options"
-    )
-
-
 def onnx_predict(model_path, samples, threads=None):
-    """The ONNX reference, run by onnxruntime on the host."""
-    import onnxruntime as ort
+    """The ONNX reference, run by onnxruntime on the host: ``(session, output names, outputs)``."""
+    from edgekit.execution import reference_session, session_outputs
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
-    sess = ort.InferenceSession(str(model_path), sess_options=so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return sess, names, [dict(zip(names, sess.run(names, feed))) for feed in samples]
+    sess = reference_session(model_path, threads or min(4, os.cpu_count() or 1))
+    return sess, [o.name for o in sess.get_outputs()], session_outputs(sess, samples)

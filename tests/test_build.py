@@ -135,7 +135,7 @@ def test_auto_keeps_fp32_when_int8_measured_slower_on_host(tmp_path, tiny_model,
     """The decision logic, with the host timing replaced (real timings are noisy; benchmarks/ measures them)."""
     from edgekit import builder
 
-    def slower(be, ref, built, feed, threads, rounds=3, runs=30):
+    def slower(be, ref, built, feed, threads, rounds=3, runs=30, session=None):
         return {"reference_p50_ms": 1.0, "built_p50_ms": 2.0, "speedup": 0.5, "threads": threads}
 
     monkeypatch.setattr(builder, "_time_on_host", slower)

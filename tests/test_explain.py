@@ -192,6 +192,7 @@ def test_mnn_opencl_table_and_op_list(tiny_model, tmp_path):
 
 def test_tflite_gpu_table_checks_versions_and_unlisted_ops():
     from edgekit import profiles
+    from edgekit.converters.tflite.placement import tflite_targets
 
     nodes = placement.op_list_graph(
         [
@@ -201,7 +202,7 @@ def test_tflite_gpu_table_checks_versions_and_unlisted_ops():
             {"op": "ARG_MAX", "count": 1, "version": 1},
         ]
     )
-    t = placement.tflite_targets(nodes, profiles.load("pixel-8"))[0]
+    t = tflite_targets(nodes, profiles.load("pixel-8"))[0]
     verdict = {f["op"]: f for f in t["fallback"]}
     assert t["summary"]["on_accelerator"] == 3
     assert "version 2" in verdict["ADD"]["reason"]

@@ -70,3 +70,12 @@ def test_profile_that_is_not_toml(tmp_path):
     p.write_text("name = [unclosed")
     with pytest.raises(ProfileError, match="not valid TOML"):
         profiles.load(str(p))
+
+
+def test_schema_backends_are_the_backend_table():
+    from edgekit_agent.runners.table import TABLE
+
+    schema = profiles.schema()["properties"]["runtimes"]["properties"]
+    assert sorted(schema["ranked"]["items"]["enum"]) == sorted(TABLE.builtin_names())
+    assert set(TABLE.builtin_names()) <= set(schema)  # each backend's settings are described
+    assert profiles.load("host").data["runtimes"]["ranked"][0] == "ort"

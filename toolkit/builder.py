@@ -107,12 +107,12 @@ def build(
     return report
 
 
-def _reference_outputs(be, reference_path, dataset):
+def _reference_outputs(be, reference_path, dataset, session=None):
     """Run the reference; refuse models the runtime cannot run and inputs that make it produce NaN."""
     from .errors import ModelError
 
     try:
-        outputs = be.predict(reference_path, dataset.samples)
+        outputs = be.reference_outputs(reference_path, dataset.samples, session=session)
     except Exception as e:  # the runtime's own exception types (e.g. onnxruntime's Fail, InvalidGraph)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{be.runtime} cannot run the reference model on this machine: {first}") from None
@@ -126,11 +126,11 @@ def _reference_outputs(be, reference_path, dataset):
     return outputs
 
 
-def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=30):
+def _time_on_host(be, reference_path, built_path, feed, threads, rounds=3, runs=30, session=None):
     """Interleaved p50s of the reference and the built model on this machine; median over rounds."""
-    ref = be.runner(reference_path, threads)
+    ref = be.runner(reference_path, threads, session=session)
     try:
-        built = be.runner(built_path, threads)
+        built = be.runner(built_path, threads, session=session)
         try:
             measured = _interleaved(ref, built, feed, rounds, runs)
         finally:
@@ -282,14 +282,15 @@ def _build_one(
             f"reference: {src.path.name} ({len(src.proto.graph.node)} nodes), running it on {len(fid_ds)} "
             f"{'synthetic' if fid_ds.synthetic else 'real'} samples"
         )
+        session = converters.BuildSession.for_source(src)
         with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
-            reference_outputs = _reference_outputs(be, reference_path, fid_ds)
+            reference_outputs = _reference_outputs(be, reference_path, fid_ds, session)
         steps = []
         last_outputs = [reference_outputs]
 
         def check(step, model_path):
             with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
-                outputs = be.predict(model_path, fid_ds.samples)
+                outputs = be.predict(model_path, fid_ds.samples, session=session)
             last_outputs[0] = outputs
             record = fidelity.check_step(step, reference_outputs, outputs, fid_ds.labels, thresholds, allow_degraded)
             steps.append(record)
@@ -308,6 +309,7 @@ def _build_one(
             budget=budget,
             evaluation=fid_ds,
             allow_degraded=allow_degraded,
+            session=session,
         )
         if pruning:  # the backend converts the pruned model; every step is still checked against the original
             ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)
@@ -360,7 +362,9 @@ def _build_one(
             host_latency = None
             # An unpruned fp32 build is the reference in the runtime's own format: nothing to compare it with.
             if prof.name == profiles.HOST and not (precision == "fp32" and not pruning):
-                host_latency = _time_on_host(be, reference_path, result.model_file, fid_ds.samples[0], prof.threads)
+                host_latency = _time_on_host(
+                    be, reference_path, result.model_file, fid_ds.samples[0], prof.threads, session=session
+                )
                 log(
                     f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)"

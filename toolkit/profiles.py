@@ -66,9 +66,32 @@ def schema():
     return json.loads(resources.files("edgekit.device_profiles").joinpath("schema.json").read_text())
 
 
+def effective_schema():
+    """The schema, with backends registered beyond edgekit's own (``edgekit.converters.register``) allowed."""
+    from edgekit_agent.runners.table import TABLE
+
+    base = schema()
+    runtimes = base["properties"]["runtimes"]
+    extra = [n for n in TABLE.names() if n not in runtimes["properties"]["ranked"]["items"]["enum"]]
+    if not extra:
+        return base
+    runtimes = dict(
+        runtimes,
+        properties={
+            **runtimes["properties"],
+            "ranked": dict(
+                runtimes["properties"]["ranked"],
+                items={"enum": runtimes["properties"]["ranked"]["items"]["enum"] + extra},
+            ),
+            **{n: {"type": "object"} for n in extra},
+        },
+    )
+    return dict(base, properties=dict(base["properties"], runtimes=runtimes))
+
+
 def validate(data, source="<profile>"):
     """Check a profile dict against the schema; raise ProfileError naming the field and the reason."""
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(effective_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         lines = []
@@ -217,46 +240,15 @@ def detect_host():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     system = platform.system().lower()
     family = {"darwin": "macos"}.get(system, system if system in ("linux", "windows") else "linux")
-    has_vnni = bool({"avx512_vnni", "avx_vnni"} & set(isa))
-    providers = ["CPUExecutionProvider"]
-    try:
-        import onnxruntime
+    from . import converters
 
-        available = onnxruntime.get_available_providers()
-        providers = [p for p in available if p not in ("AzureExecutionProvider",)] or providers
-    except ImportError:
-        pass
-    ranked, extra = ["ort"], {}
-    import importlib.util
-
-    if importlib.util.find_spec("openvino") is not None:
-        ranked.append("openvino")
-        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend),
-        # and fp16 builds run there in bf16, the fastest OpenVINO build of PP-OCR on such a CPU (measured).
-        bf16 = bool({"avx512_bf16", "amx_bf16"} & set(isa))
-        extra["openvino"] = {
-            "device": "CPU",
-            "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
-            "hint": "LATENCY",
-        }
-    if importlib.util.find_spec("MNN") is not None:
-        ranked.append("mnn")
-        # MNN's int8 kernels target ARM; on x86 they are slower than fp32.
-        extra["mnn"] = {
-            "backend": "CPU",
-            "precisions": ["fp32"] if arch == "x86_64" else ["int8", "fp32"],
-            "precision_mode": "normal",
-        }
-    if importlib.util.find_spec("ai_edge_litert") is not None or importlib.util.find_spec("tflite_runtime") is not None:
-        ranked.append("tflite")
-        # XNNPACK: static int8 ~2x faster than fp32 on x86; dynamic-range int8 slower than fp32 (measured).
-        extra["tflite"] = {"delegates": ["xnnpack"], "precisions": ["int8", "fp32"]}
-    # Tool-environment backends (their runtimes live in an environment edgekit creates on first use).
-    ranked.append("paddlelite")
-    extra["paddlelite"] = {"target": "x86" if arch == "x86_64" else "arm", "precisions": ["fp32"]}
-    if arch == "x86_64":  # the mindspore-lite wheel on PyPI is for Linux x86_64
-        ranked.append("mindspore-lite")
-        extra["mindspore-lite"] = {"device": "cpu", "precisions": ["fp32", "fp16"]}
+    # Each backend says what it runs here (None: not on this machine), in the backend table's order.
+    runtimes = {}
+    for name, be in converters.all_backends().items():
+        settings = be.host_settings(arch, isa)
+        if settings is not None:
+            runtimes[name] = settings
+    ranked = list(runtimes)
     data = {
         "schema_version": 1,
         "name": HOST,
@@ -265,17 +257,7 @@ def detect_host():
         "cpu": {"arch": arch, "model": model or arch, "cores": cores, "performance_cores": cores, "isa": isa},
         "memory": {"ram_gb": _ram_gb()},
         "accelerators": [],
-        "runtimes": {
-            "ranked": ranked,
-            **extra,
-            "ort": {
-                "providers": providers,
-                # ORT format is for minimal/mobile builds; on a full runtime plain ONNX loads as fast or faster.
-                "format": "onnx",
-                "precisions": ["int8", "fp32"],
-                "int8_reduce_range": arch == "x86_64" and not has_vnni,
-            },
-        },
+        "runtimes": {"ranked": ranked, **runtimes},
         "agent": {"transport": "local", "python": "python3", "root": "~/.cache/edgekit/device"},
     }
     validate(data, "host (detected)")

@@ -2,17 +2,19 @@
 
 Standalone (stdlib + the environment's packages; Python 3.7+). ``python -I runner_worker.py AGENT.pyz``
 imports the runner from the agent zipapp, so the host checks a model with the code the device runs.
-Protocol on stdin/stdout, one request at a time: a JSON line, then the raw bytes of the arrays it
-lists (``{"name", "dtype", "shape", "nbytes"}``); the answer has the same form. Anything the runtime
-prints goes to stderr (file descriptor 1 is moved there), so it cannot corrupt the protocol.
+Protocol on stdin/stdout, one request at a time, each message in the agent's tensor encoding
+(``edgekit_sdk.wire``, from the same zipapp): the command's fields are the header's metadata, the
+arrays its tensors; the answer has the same form. Anything the runtime prints goes to stderr (file
+descriptor 1 is moved there), so it cannot corrupt the protocol.
 
     {"cmd": "load", "backend": B, "bundle_dir": D, "manifest": M, "threads": N}  -> {"ok", "describe"}
-    {"cmd": "run", "arrays": [...]} + bytes                                     -> {"ok", "arrays", "ms"} + bytes
+    {"cmd": "run"} + tensors                                                     -> {"ok", "ms"} + tensors
     {"cmd": "close"}
 """
 
 import json
 import os
+import struct
 import sys
 import time
 
@@ -22,9 +24,8 @@ def main():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     sys.path.insert(0, sys.argv[1])
-    import numpy as np
-
     from edgekit_agent import runners
+    from edgekit_sdk import wire
 
     stdin = sys.stdin.buffer
 
@@ -39,26 +40,19 @@ def main():
         return b"".join(chunks)
 
     def reply(head, arrays=()):
-        metas, blobs = [], []
-        for name, a in arrays:
-            a = np.ascontiguousarray(a)
-            metas.append({"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "nbytes": a.nbytes})
-            blobs.append(a.tobytes())
-        head = dict(head, arrays=metas)
-        proto.write((json.dumps(head) + "\n").encode())
-        for b in blobs:
-            proto.write(b)
+        proto.write(wire.encode_tensors(dict(arrays), meta=head))
         proto.flush()
 
     runner = None
     while True:
-        line = stdin.readline()
-        if not line:
+        prefix = stdin.read(8)
+        if not prefix:
             break
-        req = json.loads(line.decode())
-        feeds = {}
-        for m in req.get("arrays") or []:
-            feeds[m["name"]] = np.frombuffer(read_exact(m["nbytes"]), dtype=m["dtype"]).reshape(m["shape"])
+        if len(prefix) < 8:
+            prefix += read_exact(8 - len(prefix))
+        raw = read_exact(struct.unpack("<I", prefix[4:])[0])
+        payload = sum(int(e["nbytes"]) for e in json.loads(raw.decode("utf-8"))["tensors"])
+        feeds, req = wire.decode_tensors(prefix + raw + read_exact(payload))
         try:
             if req["cmd"] == "load":
                 cls = runners.get(req["backend"])

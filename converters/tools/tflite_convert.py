@@ -5,6 +5,7 @@ Usage: python -I tflite_convert.py request.json result.json (cwd: a scratch work
 request: {"onnx": reference model (static shapes), "precision": fp32|fp16|int8-dynamic|int8,
           "inputs": [{"name", "shape"}], "outputs": [{"name"}],
           "probe": npz with one structured sample per input (the layout the user feeds),
+          "probe_outputs": npz with the ONNX reference's outputs for the probe (run on the host),
           "calib": npz with calibration samples stacked per input, (n, *input shape) (int8 only), "threads": n,
           "float_scopes": op scopes (as in "weighted_ops") that int8 leaves in float,
           "calibration_cache": json file with the int8 calibration ranges (written once, then reused),
@@ -19,8 +20,8 @@ onnx2tf 2.x writes the float32 .tflite without TensorFlow (flatbuffer_direct); a
 then quantizes that file (fp16 weights, dynamic-range int8, static int8 with the user's data).
 onnx2tf's own dynamic-range and full-int8 outputs are not used: on PP-OCR cls the first gives NaN
 and the second refuses HardSigmoid (RELU_0_TO_1). onnx2tf makes 4-D inputs/outputs channels-last;
-the permutation per input and output is measured here on the probe sample (ONNX Runtime on the
-reference against LiteRT on the float32 file) and returned, so the runners can feed the user's layout.
+the permutation per input and output is measured here on the probe sample (the reference's outputs,
+computed by ONNX Runtime on the host, against LiteRT on the float32 file) and returned, so the runners can feed the user's layout.
 """
 
 import contextlib
@@ -88,14 +89,12 @@ def dequant_out(a, detail):
     return ((a.astype(np.float32) - zero) * scale).astype(np.float32)
 
 
-def match_io(tfl_path, onnx_path, req, probe):
-    """Measure which tflite tensor and permutation serves each ONNX input/output."""
+def match_io(tfl_path, ref, req, probe):
+    """Measure which tflite tensor and permutation serves each ONNX input/output (``ref``: the reference's
+    outputs for ``probe``)."""
     import numpy as np
-    import onnxruntime as ort
     from ai_edge_litert import interpreter as tfl
 
-    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, probe)))
     it = tfl.Interpreter(model_path=tfl_path, num_threads=int(req.get("threads") or 1))
     it.allocate_tensors()
     tin, tout = it.get_input_details(), it.get_output_details()
@@ -471,7 +470,8 @@ def main(req_path, res_path):
     shutil.copyfile(produced, fp32)
     steps.append({"step": "onnx2tf", "seconds": round(time.time() - t1, 2)})
     probe = dict((k, v) for k, v in np.load(req["probe"]).items())
-    io = match_io(fp32, req["onnx"], req, probe)
+    ref = dict((k, v) for k, v in np.load(req["probe_outputs"]).items())
+    io = match_io(fp32, ref, req, probe)
     moved = [s["name"] for s in io["inputs"] + io["outputs"] if s["perm"]]
     if moved:
         log("  layout: onnx2tf made %s channels-last; the runners transpose" % ", ".join(moved))

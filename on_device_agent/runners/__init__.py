@@ -3,50 +3,51 @@
 A runner loads a bundle's model with the device's runtime and runs it. It reports what
 really ran (``describe()``): the runtime and version, the accelerator the runtime
 actually used (not merely what was requested) and any fallback. Each runner is a module
-here with a ``RUNNER`` class; ``RUNNER_MODULES`` lists them.
+here with a ``RUNNER`` class; the backend table (:mod:`.table`, shared with the host) lists them.
 """
 
 import importlib
 import threading
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
+from .table import TABLE
 
-RUNNER_MODULES = {
-    "ort": "ort",
-    "openvino": "openvino",
-    "mnn": "mnn",
-    "tflite": "tflite",
-    "paddlelite": "paddlelite",
-    "mindspore-lite": "mindspore_lite",
-}
-_RUNNERS = {}
+_RUNNERS = {}  # type: dict
 _LOCK = threading.Lock()
 
 
-def _load():
+def _runner(row):
+    """The row's runner class, or None where this agent ships without that runner module."""
     with _LOCK:  # request threads must never see a half-built table
-        if not _RUNNERS:
-            found = {}
-            for backend, module in RUNNER_MODULES.items():
-                try:
-                    mod = importlib.import_module("." + module, __name__)
-                except ImportError as e:
-                    if getattr(e, "name", None) == __name__ + "." + module:
-                        continue  # this agent ships without that runner
-                    raise
-                found[backend] = mod.RUNNER
-            _RUNNERS.update(found)
-    return _RUNNERS
+        if row.name not in _RUNNERS:
+            try:
+                mod = importlib.import_module(row.runner)
+            except ImportError as e:
+                if getattr(e, "name", None) == row.runner:
+                    return None  # this agent ships without that runner
+                raise
+            _RUNNERS[row.name] = mod.RUNNER
+        return _RUNNERS[row.name]
+
+
+def _load():
+    found = {}
+    for row in TABLE.rows():
+        cls = _runner(row)
+        if cls is not None:
+            found[row.name] = cls
+    return found
 
 
 def get(backend):
-    runners = _load()
-    try:
-        return runners[backend]
-    except KeyError:
+    row = TABLE.get(backend)
+    cls = _runner(row) if row is not None else None
+    if cls is None:
+        runners = _load()
         raise RunnerError(
             "this agent has no runner for backend %r (it has: %s)" % (backend, ", ".join(sorted(runners)))
         )
+    return cls
 
 
 def runtimes():
@@ -54,4 +55,4 @@ def runtimes():
     return dict((name, cls.runtime_version()) for name, cls in sorted(_load().items()))
 
 
-__all__ = ["Runner", "RunnerError", "RunnerFault", "RuntimeMissing", "get", "runtimes"]
+__all__ = ["TABLE", "Runner", "RunnerError", "RunnerFault", "RuntimeMissing", "get", "runtimes"]

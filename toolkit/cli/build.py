@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from edgekit_agent.runners.table import TABLE
+
 from ..errors import EdgekitError, FidelityError
 from .options import check_backend
 from .output import emit, logger
 
-#: ``--precision`` values (one place: the backends' capability table may derive these)
-PRECISION_CHOICES = ["auto", "fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights"]
+#: ``--precision`` values, from the backends' capability table
+PRECISION_CHOICES = ["auto", *TABLE.precisions()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
     s.add_argument(
         "--backend",
-        help="runtime to build for: ort (default), openvino, mnn, tflite, paddlelite, "
-        "mindspore-lite (see `edgekit backends`)",
+        help="runtime to build for: "
+        + ", ".join(n + " (default)" * (n == "ort") for n in TABLE.names())
+        + " (see `edgekit backends`)",
     )
     s.add_argument(
         "--precision",

@@ -259,23 +259,20 @@ def _fake_quant_weight(w, axis):
 
 def _runner(be, workdir):
     """``run(model_proto, samples) -> outputs``: onnxruntime in memory when installed, else the backend."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        ort = None
+    import importlib.util
+
+    from edgekit.execution import reference_outputs
+
+    have_ort = importlib.util.find_spec("onnxruntime") is not None
 
     def run(model, samples):
-        if ort is not None:
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            sess = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
-            names = [o.name for o in sess.get_outputs()]
-            return [dict(zip(names, sess.run(names, feed))) for feed in samples]
+        if have_ort:
+            return reference_outputs(model.SerializeToString(), samples)
         import onnx
 
         path = workdir / "sensitivity.onnx"
         onnx.save(model, str(path))
-        return be.predict(path, samples)
+        return be.reference_outputs(path, samples)
 
     return run
 
@@ -401,12 +398,12 @@ def _search(be, ctx, plain, step):
     in_sample = data is ctx.calib or (ctx.calib is not None and data.source == ctx.calib.source)
     # the user's model is the reference, also when an earlier pass (pruning) replaced ctx.reference_path
     original = ctx.source.save(ctx.workdir / "budget.reference.onnx")
-    reference = be.predict(original, data.samples)
+    reference = be.reference_outputs(original, data.samples, session=ctx.session)
     evals = []
 
     def evaluate(exclude):
         path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
-        metrics = fidelity.compare(reference, be.predict(path, data.samples), data.labels)
+        metrics = fidelity.compare(reference, be.predict(path, data.samples, session=ctx.session), data.labels)
         value, score, holds, detail = budget.measure(metrics)
         e = _Eval(tuple(l.name for l in exclude), path, value, score, holds, detail, _size(path), metrics)
         evals.append(e)

@@ -32,12 +32,9 @@ def choose(scores, n_keep):
 
 
 def _session(model_bytes):
-    import onnxruntime as ort
+    from edgekit.execution import reference_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    return reference_session(model_bytes, threads=1)
 
 
 def _float_outputs(sess, samples):

@@ -31,9 +31,9 @@ def activation_stats(ctx, model, tensors):
     calib = getattr(ctx, "calib", None)
     if calib is None or getattr(calib, "synthetic", False) or not len(calib):
         return None, "no calibration data (pass --calib)"
-    try:
-        import onnxruntime as ort
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
         return None, "onnxruntime is not installed"
     from onnx import TensorProto, helper
 
@@ -43,9 +43,9 @@ def activation_stats(ctx, model, tensors):
     graph_inputs = {i.name for i in m.graph.input}
     extra = sorted(set(tensors) - graph_outputs - graph_inputs)
     m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in extra)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    from edgekit.execution import reference_session
+
+    sess = reference_session(m.SerializeToString())
     names = [t for t in tensors if t in set(extra) | graph_outputs]
     samples = calib.samples[:STAT_SAMPLES]
     sums = {}

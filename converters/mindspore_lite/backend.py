@@ -19,24 +19,15 @@ from pathlib import Path
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from .base import BuildResult
-from .toolworker import ToolEnvBackend
+from ..base import BuildResult
+from ..toolworker import ToolEnvBackend
 
-TOOLS = Path(__file__).resolve().parent / "tools"
-REFUSED = {
-    "int8-weights": "MindSpore Lite 2.0.0 (the PyPI wheel) converts weight-quantized models, but the .ms does not "
-    'load ("Prepare kernels failed"): edgekit does not ship a model that cannot run. Use '
-    "--precision fp16 (half the size) or fp32",
-    "int8": "full int8 needs MindSpore Lite's post-training quantization with a calibration config, which this "
-    "release's Python converter could not produce in a form that loads; use --precision fp16 or fp32",
-}
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
 
 class MindSporeLiteBackend(ToolEnvBackend):
     name = "mindspore-lite"
-    runtime = "mindspore_lite"
     install_hint = "edgekit creates its tool environment on first use: `edgekit backends install mindspore-lite`."
-    precisions = ("fp32", "fp16", "int8-weights", "int8")
     toolenv = ToolEnvSpec(
         name="mindspore-lite",
         pythons=("3.7",),
@@ -67,8 +58,12 @@ class MindSporeLiteBackend(ToolEnvBackend):
                 return p
         return "fp32"
 
+    def host_settings(self, arch, isa):
+        # the mindspore-lite wheel on PyPI is for Linux x86_64 (in a tool environment edgekit creates)
+        return {"device": "cpu", "precisions": ["fp32", "fp16"]} if arch == "x86_64" else None
+
     # -- conversion -------------------------------------------------------------------
-    def _convert(self, onnx_path, work, fp16, inputs, outputs, settings, log):
+    def _convert(self, onnx_path, work, fp16, inputs, outputs, settings, log, session):
         from edgekit import toolenvs
 
         tag = "fp16" if fp16 else "fp32"
@@ -95,26 +90,27 @@ class MindSporeLiteBackend(ToolEnvBackend):
         if settings.get("precision_mode"):
             options["precision_mode"] = settings["precision_mode"]
         path = Path(res["model"])
-        self.register(path, [s.to_dict() for s in inputs], [s.to_dict() for s in outputs], options)
+        session.register(path, options, [s.to_dict() for s in inputs], [s.to_dict() for s in outputs])
         return path, res, options
 
-    def convert_fp32(self, onnx_path, workdir):
+    def convert_fp32(self, onnx_path, workdir, session=None):
         from edgekit.model import load_model
 
+        from ..session import BuildSession
+
+        session = session if session is not None else BuildSession()
         src = load_model(onnx_path)
         work = Path(workdir) / "mindspore-fp32"
-        path = self._convert(onnx_path, work, False, src.inputs, src.outputs, {}, log=None)[0]
-        self.register_fp32(onnx_path, path)
+        path = self._convert(onnx_path, work, False, src.inputs, src.outputs, {}, log=None, session=session)[0]
+        session.register_fp32(onnx_path, path)
         return path
 
     def build(self, ctx):
         import onnx
 
-        from edgekit.errors import ConversionError
         from edgekit.model import operator_set
 
-        if ctx.precision in REFUSED:
-            raise ConversionError(f"mindspore-lite {ctx.precision} refused: {REFUSED[ctx.precision]}")
+        self.refuse_unbuildable(ctx.precision)
         log = self.quiet(ctx.log)
         settings = ctx.profile.backend("mindspore-lite")
 
@@ -127,11 +123,12 @@ class MindSporeLiteBackend(ToolEnvBackend):
                 ctx.source.outputs,
                 settings,
                 log,
+                ctx.session,
             )
 
         fp32, res, options = convert(False)
         ctx.check("fp32 (ONNX -> MindSpore Lite .ms)", fp32)
-        self.register_fp32(ctx.reference_path, fp32)
+        ctx.session.register_fp32(ctx.reference_path, fp32)
         model_file, flags = fp32, {"weight_fp16": False}
         if ctx.precision == "fp16":
             model_file, res, options = convert(True)

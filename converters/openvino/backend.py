@@ -26,87 +26,20 @@ edgekit never lets them: :func:`no_telemetry` runs before any OpenVINO/NNCF impo
 ``import openvino_telemetry`` fail, which both packages handle by using their no-op stubs.
 """
 
-import contextlib
-import io
-import logging
-import warnings as _warnings
 from pathlib import Path
 
-from .base import Backend, BuildResult
-
-# Activations NNCF's docs recommend the MIXED preset (asymmetric activation quantization) for.
-NON_RELU_ACTIVATIONS = {
-    "HardSwish",
-    "HardSigmoid",
-    "Sigmoid",
-    "Elu",
-    "Selu",
-    "PRelu",
-    "LeakyRelu",
-    "Gelu",
-    "Mish",
-    "Tanh",
-    "Softplus",
-    "Swish",
-    "Celu",
-}
-PRECISION_MARK = ["edgekit", "inference_precision"]  # rt_info key: the precision an IR must execute in
-AUTO_DEFAULT = ("GPU", "CPU")  # OpenVINO's AUTO default priority (the NPU is only used when listed)
+from ..base import Backend, BuildResult
+from .common import PRECISION_MARK, _ov, _present, _short_version, device_list
+from .quantize import OpenVINOQuantization
 
 
-# One implementation of the telemetry block, shared with the agent's runner (which must stay stdlib-only).
-from edgekit_agent.runners.openvino import no_telemetry  # noqa: E402
-
-
-def _ov():
-    no_telemetry()
-    import openvino
-
-    return openvino
-
-
-def _short_version(v):
-    return str(v).split("-")[0]
-
-
-def device_list(spec):
-    """``CPU`` -> [CPU]; ``AUTO:NPU,GPU,CPU`` -> [NPU, GPU, CPU]; ``AUTO`` -> OpenVINO's default order."""
-    spec = (spec or "CPU").strip()
-    if spec == "AUTO":
-        return list(AUTO_DEFAULT)
-    if spec.startswith(("AUTO:", "HETERO:")):
-        return [d for d in spec.split(":", 1)[1].split(",") if d]
-    return [spec]
-
-
-def _present(device, available):
-    return any(a == device or a.split(".")[0] == device for a in available)
-
-
-@contextlib.contextmanager
-def _quiet():
-    """NNCF logs and draws progress bars on stdout; keep edgekit's stdout (and --json) clean."""
-    buf = io.StringIO()
-    nncf_logger = logging.getLogger("nncf")
-    level = nncf_logger.level
-    nncf_logger.setLevel(logging.ERROR)
-    try:
-        with _warnings.catch_warnings(), contextlib.redirect_stdout(buf):
-            _warnings.simplefilter("ignore")
-            yield buf
-    finally:
-        nncf_logger.setLevel(level)
-
-
-class OpenVINOBackend(Backend):
+class OpenVINOBackend(OpenVINOQuantization, Backend):
     name = "openvino"
-    runtime = "openvino"
+    placement = "edgekit.converters.openvino.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "Install it with: pip install 'edgekit[openvino]' (openvino and nncf)."
-    precisions = ("fp32", "fp16", "int8", "int8-weights")
 
     def __init__(self):
         self._core = None
-        self.reference_runtime = None  # who ran the last ONNX reference (recorded in the report)
 
     def core(self):
         if self._core is None:
@@ -148,18 +81,21 @@ class OpenVINOBackend(Backend):
                 return p
         return "fp32"
 
-    # -- host-side inference ------------------------------------------------------
-    def _compile(self, model_path, threads=None, precision=None, latency=False):
-        core = self.core()
-        config = {}
-        if precision:
-            config["INFERENCE_PRECISION_HINT"] = precision
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
-        if latency:
-            config["PERFORMANCE_HINT"] = "LATENCY"
-        return core.compile_model(core.read_model(str(model_path)), "CPU", config)
+    def host_settings(self, arch, isa):
+        import importlib.util
 
+        if importlib.util.find_spec("openvino") is None:
+            return None
+        # bf16-capable x86 CPUs execute in bf16 by default: fp32 builds ask for f32 explicitly (see the backend),
+        # and fp16 builds run there in bf16, the fastest OpenVINO build of PP-OCR on such a CPU (measured).
+        bf16 = bool({"avx512_bf16", "amx_bf16"} & set(isa))
+        return {
+            "device": "CPU",
+            "precisions": ["int8", "fp16", "fp32"] if bf16 else ["int8", "fp32"],
+            "hint": "LATENCY",
+        }
+
+    # -- host-side inference ------------------------------------------------------
     def _mark(self, model_path):
         """The execution precision an IR asks for (rt_info), None for the device's default."""
         if Path(model_path).suffix == ".onnx":
@@ -167,41 +103,41 @@ class OpenVINOBackend(Backend):
         model = self.core().read_model(str(model_path))
         return model.get_rt_info(PRECISION_MARK).astype(str) if model.has_rt_info(PRECISION_MARK) else None
 
-    @staticmethod
-    def _outputs(compiled):
-        return [(o.get_any_name(), o) for o in compiled.outputs]
+    def execution(self, model_path, threads=None, session=None, inference_precision="f32"):
+        """The agent's OpenVINO runner on this machine's CPU plugin, executing at ``inference_precision`` (fidelity:
+        f32; None: the CPU's default), without a model cache beside the file."""
+        from edgekit.execution import in_process
 
-    def predict(self, model_path, samples, threads=None):
-        if Path(model_path).suffix == ".onnx":
-            outputs = self._predict_reference(model_path, samples, threads)
-            if outputs is not None:
-                return outputs
-            self.reference_runtime = f"openvino {self.runtime_version()} (CPU, INFERENCE_PRECISION_HINT=f32)"
-        compiled = self._compile(model_path, threads, precision="f32")
-        names = self._outputs(compiled)
-        request = compiled.create_infer_request()
-        out = []
-        for feed in samples:
-            res = request.infer(feed)
-            out.append({name: res[port].copy() for name, port in names})
-        return out
+        manifest = self.manifest_for(model_path, session)
+        options = dict(manifest.get("runner") or {}, device="CPU", model_cache=False)
+        options["inference_precision"] = inference_precision
+        return in_process(self.name, model_path, dict(manifest, runner=options), threads)
 
-    def _predict_reference(self, model_path, samples, threads):
-        """ONNX Runtime reads the ONNX file independently of OpenVINO's frontend, when installed."""
+    def reference_outputs(self, model_path, samples, threads=None, session=None):
+        """ONNX Runtime reads the ONNX file independently of OpenVINO's frontend, when installed; else OpenVINO."""
+        from edgekit.execution import predict
+
         try:
-            from .ort import BACKEND as ort_backend
+            import onnxruntime
 
-            outputs = ort_backend.predict(model_path, samples, threads)
-            self.reference_runtime = f"onnxruntime {ort_backend.runtime_version()} (CPU, FP32)"
-            return outputs
+            outputs = super().reference_outputs(model_path, samples, threads)
+            who = f"onnxruntime {onnxruntime.__version__} (CPU, FP32)"
         except Exception:  # not installed, or it cannot run this model: OpenVINO runs the reference
-            return None
+            outputs = predict(self.execution(model_path, threads, session), samples)
+            who = f"openvino {self.runtime_version()} (CPU, INFERENCE_PRECISION_HINT=f32)"
+        if session is not None:
+            session.notes["reference_runtime"] = who
+        return outputs
 
-    def runner(self, model_path, threads=None):
+    def predict(self, model_path, samples, threads=None, session=None):
+        """Fidelity: built IRs executed at f32 by the agent's runner; an ONNX file is the reference."""
+        if Path(model_path).suffix == ".onnx":
+            return self.reference_outputs(model_path, samples, threads, session)
+        return super().predict(model_path, samples, threads, session)
+
+    def runner(self, model_path, threads=None, session=None):
         """The model as the device runs it (fp32 IRs at f32, others in the CPU's default), for timing."""
-        compiled = self._compile(model_path, threads, precision=self._mark(model_path), latency=True)
-        request = compiled.create_infer_request()
-        return lambda feed: request.infer(feed)
+        return self.execution(model_path, threads, session, inference_precision=self._mark(model_path))
 
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):
@@ -277,7 +213,7 @@ class OpenVINOBackend(Backend):
             "devices_in_order": device_list(device),
             "performance_hint": hint,
             "inference_precision": exec_precision or "device default",
-            "fidelity_reference": self.reference_runtime,
+            "fidelity_reference": ctx.session.notes.get("reference_runtime"),
             "fidelity_executed_at": "f32 (INFERENCE_PRECISION_HINT) on this machine's CPU plugin",
             "this_cpu_default_precision": host_default,
         }
@@ -315,157 +251,6 @@ class OpenVINOBackend(Backend):
         xml = outdir / "model.xml"
         ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
         return xml
-
-    @staticmethod
-    def _nncf():
-        from edgekit.errors import BackendUnavailable
-
-        no_telemetry()
-        try:
-            with _quiet():
-                import nncf
-        except ImportError:
-            raise BackendUnavailable(
-                "int8 builds with OpenVINO need NNCF: pip install 'edgekit[openvino]' (or pip install nncf)"
-            ) from None
-        return nncf
-
-    # -- mixed precision (--budget) ---------------------------------------------------
-    def _fp32_ir(self, ctx):
-        """The fp32 IR ``build`` wrote (converted again when called outside a build)."""
-        xml = ctx.workdir / "openvino" / "fp32" / "model.xml"
-        if not xml.is_file():
-            ov = _ov()
-            model = ov.convert_model(str(ctx.reference_path))
-            self._name_tensors(model, ctx.source)
-            self._save(ov, model, xml.parent, compress_to_fp16=False, precision="f32")
-        return xml
-
-    def layer_names(self, ctx, layers):
-        """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
-        the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
-        model = self.core().read_model(str(self._fp32_ir(ctx)))
-        weighted = {
-            "Convolution",
-            "GroupConvolution",
-            "ConvolutionBackpropData",
-            "GroupConvolutionBackpropData",
-            "MatMul",
-        }
-        by_tensor = {}
-        for op in model.get_ordered_ops():
-            for out in op.outputs():
-                for name in out.get_names():
-                    by_tensor[name] = op
-
-        def find(op, hops=4):
-            while op is not None and hops >= 0:
-                if op.get_type_name() in weighted:
-                    return op.get_friendly_name()
-                if op.get_type_name() not in ("Add", "Multiply", "Subtract") or op.get_input_size() == 0:
-                    return None
-                op = op.input_value(0).get_node()
-                hops -= 1
-            return None
-
-        return {
-            layer.name: next((find(by_tensor[t]) for t in layer.tensors if t in by_tensor and find(by_tensor[t])), None)
-            for layer in layers
-        }
-
-    def quantize(self, ctx, exclude=()):
-        settings = ctx.profile.backend("openvino")
-        names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
-        tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"
-        xml, _ = self._int8(
-            _ov(),
-            ctx,
-            self._fp32_ir(ctx),
-            ctx.workdir / "openvino" / f"int8-mp{tag}",
-            settings.get("device", "CPU"),
-            ignored=names,
-        )
-        return xml
-
-    def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
-        from edgekit.errors import ConversionError
-
-        nncf = self._nncf()
-        target = {"CPU": nncf.TargetDevice.CPU, "GPU": nncf.TargetDevice.GPU, "NPU": nncf.TargetDevice.NPU}
-        target_device = target.get(device, nncf.TargetDevice.ANY)
-        op_types = {n.op_type for n in ctx.source.proto.graph.node}
-        mixed = sorted(op_types & NON_RELU_ACTIVATIONS)
-        preset = nncf.QuantizationPreset.MIXED if mixed else nncf.QuantizationPreset.PERFORMANCE
-        samples = list(ctx.calib.samples)
-        overflow_fix, overflow_reason = self._overflow_fix(ctx.profile, device)
-        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
-
-        advanced = AdvancedQuantizationParameters(overflow_fix=getattr(OverflowFix, overflow_fix))
-        try:
-            with _quiet():
-                quantized = nncf.quantize(
-                    self.core().read_model(str(fp32_xml)),
-                    nncf.Dataset(samples),
-                    preset=preset,
-                    target_device=target_device,
-                    subset_size=len(samples),
-                    advanced_parameters=advanced,
-                    **({"ignored_scope": nncf.IgnoredScope(names=list(ignored))} if ignored else {}),
-                )
-        except Exception as e:  # NNCF raises its own and OpenVINO's exception types
-            raise ConversionError(f"NNCF post-training quantization failed: {type(e).__name__}: {e}") from e
-        section = {
-            "method": "static",
-            "tool": f"nncf {nncf.__version__}",
-            "algorithm": "post-training quantization: MinMax ranges + fast bias correction",
-            "preset": preset.value,
-            "preset_reason": (
-                f"non-ReLU activations ({', '.join(mixed)}): asymmetric activations"
-                if mixed
-                else "ReLU-family activations: symmetric activations"
-            ),
-            "weights": "int8 symmetric, per output channel",
-            "activations": "int8 (uint8 where asymmetric)",
-            "overflow_fix": overflow_fix.lower(),
-            "overflow_fix_reason": overflow_reason,
-            "target_device": target_device.value,
-            "calibration_samples": len(samples),
-        }
-        return self._save(ov, quantized, outdir, compress_to_fp16=False), section
-
-    @staticmethod
-    def _overflow_fix(profile, device):
-        """x86 CPUs without VNNI multiply u8 x s8 with VPMADDUBSW, whose 16-bit sums saturate: NNCF's
-        default overflow fix (7-bit weights in the first layer) guards against that. VNNI/AMX, ARM
-        dot products, GPUs and NPUs do not saturate, and full 8-bit weights keep more accuracy."""
-        isa = set(profile.data["cpu"].get("isa", []))
-        if profile.arch == "x86_64" and "CPU" in device_list(device) and not isa & {"avx512_vnni", "avx_vnni", "amx"}:
-            return "FIRST_LAYER", f"{profile.name}'s x86 CPU has no VNNI: u8s8 products can saturate"
-        return "DISABLE", (
-            f"{profile.name} computes int8 products without 16-bit saturation "
-            f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)"
-        )
-
-    def _int8_weights(self, ov, fp32_xml, outdir):
-        from edgekit.errors import ConversionError
-
-        nncf = self._nncf()
-        try:
-            with _quiet():
-                compressed = nncf.compress_weights(
-                    self.core().read_model(str(fp32_xml)), mode=nncf.CompressWeightsMode.INT8_ASYM
-                )
-        except Exception as e:
-            raise ConversionError(f"NNCF weight compression failed: {type(e).__name__}: {e}") from e
-        section = {
-            "method": "weights-only",
-            "tool": f"nncf {nncf.__version__}",
-            "mode": "int8_asym",
-            "per_channel": True,
-            "activations": "floating point (the device's precision)",
-            "calibration_samples": 0,
-        }
-        return self._save(ov, compressed, outdir, compress_to_fp16=False), section
 
     def _host_default_precision(self):
         try:

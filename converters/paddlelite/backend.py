@@ -21,24 +21,17 @@ from pathlib import Path
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from .base import BuildResult
-from .toolworker import ToolEnvBackend
+from ..base import BuildResult
+from ..toolworker import ToolEnvBackend
 
-TOOLS = Path(__file__).resolve().parent / "tools"
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
 HOST_TARGET = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm", "arm64": "arm"}
-REFUSED = {
-    "fp16": "Paddle Lite's fp16 .nb runs only on ARM CPUs with fp16 arithmetic (opt enable_fp16): this x86 host "
-    "cannot check a single output of it, so edgekit does not ship it; build fp32",
-    "int8": "Paddle Lite runs int8 only from a model quantized in Paddle (PaddleSlim); on this host's x86 kernels "
-    "quantized .nb files returned NaN or garbage when measured, so no int8 build could be checked; build fp32",
-}
 
 
 class PaddleLiteBackend(ToolEnvBackend):
     name = "paddlelite"
-    runtime = "paddlelite"
+    placement = "edgekit.converters.paddlelite.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "edgekit creates its tool environment on first use: `edgekit backends install paddlelite`."
-    precisions = ("fp32", "fp16", "int8")
     toolenv = ToolEnvSpec(
         name="paddlelite",
         pythons=("3.10",),
@@ -85,6 +78,10 @@ class PaddleLiteBackend(ToolEnvBackend):
     def default_precision(self, profile, have_calib):
         return "fp32"
 
+    def host_settings(self, arch, isa):
+        # its runtime lives in a tool environment edgekit creates on first use
+        return {"target": "x86" if arch == "x86_64" else "arm", "precisions": ["fp32"]}
+
     # -- conversion -------------------------------------------------------------------
     @staticmethod
     def host_target():
@@ -99,7 +96,7 @@ class PaddleLiteBackend(ToolEnvBackend):
             "a converted model could not be checked here"
         )
 
-    def _convert(self, onnx_path, work, targets, inputs, outputs, runner_options, log):
+    def _convert(self, onnx_path, work, targets, inputs, outputs, runner_options, log, session):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
@@ -111,12 +108,15 @@ class PaddleLiteBackend(ToolEnvBackend):
             log=log,
         )
         for t, nb in res["nb"].items():
-            self.register(nb, inputs, outputs, dict(runner_options, inputs=res["inputs"], target=t))
+            session.register(nb, dict(runner_options, inputs=res["inputs"], target=t), inputs, outputs)
         return res
 
-    def convert_fp32(self, onnx_path, workdir):
+    def convert_fp32(self, onnx_path, workdir, session=None):
         from edgekit.model import load_model
 
+        from ..session import BuildSession
+
+        session = session if session is not None else BuildSession()
         host = self.host_target()
         if host is None:
             raise self._no_host_target()
@@ -129,20 +129,19 @@ class PaddleLiteBackend(ToolEnvBackend):
             [s.to_dict() for s in src.outputs],
             {"target": host},
             log=None,
+            session=session,
         )
         nb = Path(res["nb"][host])
-        self.register_fp32(onnx_path, nb)
+        session.register_fp32(onnx_path, nb)
         return nb
 
     def build(self, ctx):
         import onnx
 
         from edgekit import toolenvs
-        from edgekit.errors import ConversionError
         from edgekit.model import operator_set
 
-        if ctx.precision in REFUSED:
-            raise ConversionError(f"paddlelite {ctx.precision} refused: {REFUSED[ctx.precision]}")
+        self.refuse_unbuildable(ctx.precision)
         host = self.host_target()
         if host is None:  # before converting: nothing built here could be checked
             raise self._no_host_target()
@@ -159,10 +158,11 @@ class PaddleLiteBackend(ToolEnvBackend):
             outputs,
             {"target": target, "power_mode": settings.get("power_mode")},
             log=self.quiet(ctx.log),
+            session=ctx.session,
         )
         runner_options = {"target": target, "inputs": res["inputs"], "power_mode": settings.get("power_mode")}
         ctx.check(f"fp32 (ONNX -> x2paddle -> opt, {host} .nb on this host)", Path(res["nb"][host]))
-        self.register_fp32(ctx.reference_path, res["nb"][host])
+        ctx.session.register_fp32(ctx.reference_path, res["nb"][host])
         shipped = Path(res["nb"][target])
         if target == host:
             validated = "yes (this host runs the shipped .nb)"

@@ -1,0 +1,160 @@
+"""OpenVINO quantization with NNCF: int8 post-training, int8 weights, and the layers --budget keeps float."""
+
+from __future__ import annotations
+
+from .common import NON_RELU_ACTIVATIONS, _ov, _quiet, device_list, no_telemetry
+
+
+class OpenVINOQuantization:
+    """Quantization methods of the OpenVINO backend (mixed into :class:`.backend.OpenVINOBackend`)."""
+
+    @staticmethod
+    def _nncf():
+        from edgekit.errors import BackendUnavailable
+
+        no_telemetry()
+        try:
+            with _quiet():
+                import nncf
+        except ImportError:
+            raise BackendUnavailable(
+                "int8 builds with OpenVINO need NNCF: pip install 'edgekit[openvino]' (or pip install nncf)"
+            ) from None
+        return nncf
+
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def _fp32_ir(self, ctx):
+        """The fp32 IR ``build`` wrote (converted again when called outside a build)."""
+        xml = ctx.workdir / "openvino" / "fp32" / "model.xml"
+        if not xml.is_file():
+            ov = _ov()
+            model = ov.convert_model(str(ctx.reference_path))
+            self._name_tensors(model, ctx.source)
+            self._save(ov, model, xml.parent, compress_to_fp16=False, precision="f32")
+        return xml
+
+    def layer_names(self, ctx, layers):
+        """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
+        the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
+        model = self.core().read_model(str(self._fp32_ir(ctx)))
+        weighted = {
+            "Convolution",
+            "GroupConvolution",
+            "ConvolutionBackpropData",
+            "GroupConvolutionBackpropData",
+            "MatMul",
+        }
+        by_tensor = {}
+        for op in model.get_ordered_ops():
+            for out in op.outputs():
+                for name in out.get_names():
+                    by_tensor[name] = op
+
+        def find(op, hops=4):
+            while op is not None and hops >= 0:
+                if op.get_type_name() in weighted:
+                    return op.get_friendly_name()
+                if op.get_type_name() not in ("Add", "Multiply", "Subtract") or op.get_input_size() == 0:
+                    return None
+                op = op.input_value(0).get_node()
+                hops -= 1
+            return None
+
+        return {
+            layer.name: next((find(by_tensor[t]) for t in layer.tensors if t in by_tensor and find(by_tensor[t])), None)
+            for layer in layers
+        }
+
+    def quantize(self, ctx, exclude=()):
+        settings = ctx.profile.backend("openvino")
+        names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
+        tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"
+        xml, _ = self._int8(
+            _ov(),
+            ctx,
+            self._fp32_ir(ctx),
+            ctx.workdir / "openvino" / f"int8-mp{tag}",
+            settings.get("device", "CPU"),
+            ignored=names,
+        )
+        return xml
+
+    def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
+        from edgekit.errors import ConversionError
+
+        nncf = self._nncf()
+        target = {"CPU": nncf.TargetDevice.CPU, "GPU": nncf.TargetDevice.GPU, "NPU": nncf.TargetDevice.NPU}
+        target_device = target.get(device, nncf.TargetDevice.ANY)
+        op_types = {n.op_type for n in ctx.source.proto.graph.node}
+        mixed = sorted(op_types & NON_RELU_ACTIVATIONS)
+        preset = nncf.QuantizationPreset.MIXED if mixed else nncf.QuantizationPreset.PERFORMANCE
+        samples = list(ctx.calib.samples)
+        overflow_fix, overflow_reason = self._overflow_fix(ctx.profile, device)
+        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+        advanced = AdvancedQuantizationParameters(overflow_fix=getattr(OverflowFix, overflow_fix))
+        try:
+            with _quiet():
+                quantized = nncf.quantize(
+                    self.core().read_model(str(fp32_xml)),
+                    nncf.Dataset(samples),
+                    preset=preset,
+                    target_device=target_device,
+                    subset_size=len(samples),
+                    advanced_parameters=advanced,
+                    **({"ignored_scope": nncf.IgnoredScope(names=list(ignored))} if ignored else {}),
+                )
+        except Exception as e:  # NNCF raises its own and OpenVINO's exception types
+            raise ConversionError(f"NNCF post-training quantization failed: {type(e).__name__}: {e}") from e
+        section = {
+            "method": "static",
+            "tool": f"nncf {nncf.__version__}",
+            "algorithm": "post-training quantization: MinMax ranges + fast bias correction",
+            "preset": preset.value,
+            "preset_reason": (
+                f"non-ReLU activations ({', '.join(mixed)}): asymmetric activations"
+                if mixed
+                else "ReLU-family activations: symmetric activations"
+            ),
+            "weights": "int8 symmetric, per output channel",
+            "activations": "int8 (uint8 where asymmetric)",
+            "overflow_fix": overflow_fix.lower(),
+            "overflow_fix_reason": overflow_reason,
+            "target_device": target_device.value,
+            "calibration_samples": len(samples),
+        }
+        return self._save(ov, quantized, outdir, compress_to_fp16=False), section
+
+    @staticmethod
+    def _overflow_fix(profile, device):
+        """x86 CPUs without VNNI multiply u8 x s8 with VPMADDUBSW, whose 16-bit sums saturate: NNCF's
+        default overflow fix (7-bit weights in the first layer) guards against that. VNNI/AMX, ARM
+        dot products, GPUs and NPUs do not saturate, and full 8-bit weights keep more accuracy."""
+        isa = set(profile.data["cpu"].get("isa", []))
+        if profile.arch == "x86_64" and "CPU" in device_list(device) and not isa & {"avx512_vnni", "avx_vnni", "amx"}:
+            return "FIRST_LAYER", f"{profile.name}'s x86 CPU has no VNNI: u8s8 products can saturate"
+        return "DISABLE", (
+            f"{profile.name} computes int8 products without 16-bit saturation "
+            f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)"
+        )
+
+    def _int8_weights(self, ov, fp32_xml, outdir):
+        from edgekit.errors import ConversionError
+
+        nncf = self._nncf()
+        try:
+            with _quiet():
+                compressed = nncf.compress_weights(
+                    self.core().read_model(str(fp32_xml)), mode=nncf.CompressWeightsMode.INT8_ASYM
+                )
+        except Exception as e:
+            raise ConversionError(f"NNCF weight compression failed: {type(e).__name__}: {e}") from e
+        section = {
+            "method": "weights-only",
+            "tool": f"nncf {nncf.__version__}",
+            "mode": "int8_asym",
+            "per_channel": True,
+            "activations": "floating point (the device's precision)",
+            "calibration_samples": 0,
+        }
+        return self._save(ov, compressed, outdir, compress_to_fp16=False), section

@@ -1,0 +1,17 @@
+"""Shared by the ONNX Runtime backend's modules."""
+
+import contextlib
+import io
+import logging
+
+
+@contextlib.contextmanager
+def _quiet():
+    """ORT's tools print progress to stdout; keep edgekit's stdout (and --json) clean."""
+    buf = io.StringIO()
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield buf
+    finally:
+        logging.disable(logging.NOTSET)

@@ -1,0 +1,199 @@
+"""ONNX Runtime quantization: fp16, int8 static (QDQ) and dynamic, and the layers --budget keeps float."""
+
+from __future__ import annotations
+
+from .common import _quiet
+
+
+class OrtQuantization:
+    """Quantization methods of the ONNX Runtime backend (mixed into :class:`.backend.OrtBackend`)."""
+
+    def _fp16(self, src, dst):
+        import onnx
+
+        try:
+            from onnxconverter_common import float16
+        except ImportError:
+            from edgekit.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                "fp16 conversion needs onnxconverter-common: pip install 'edgekit[fp16]'"
+            ) from None
+        from edgekit.errors import ConversionError
+
+        try:
+            with _quiet():
+                m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        except Exception as e:  # onnxconverter-common raises plain exceptions
+            raise ConversionError(f"fp16 conversion failed: {type(e).__name__}: {e}") from e
+        onnx.save(m, str(dst))
+        return dst
+
+    def _int8_static(self, ctx, work, reduce_range, exclude=(), out=None):
+        """Static QDQ int8; ``exclude``: node names of the pre-processed model kept in float."""
+        import inspect
+
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        from edgekit.errors import ConversionError
+
+        pre = self._preprocessed(ctx, work)
+        out = out or work / "model.int8.onnx"
+        options = {}
+        if "calibration_cache_path" in inspect.signature(quantize_static).parameters:
+            # mixed-precision searches quantize many times: calibrate once per build (ranges do not depend on exclude)
+            options["calibration_cache_path"] = str(work / "model.int8.calibration.json")
+        try:
+            with _quiet():
+                quantize_static(
+                    str(pre),
+                    str(out),
+                    _Reader(ctx.calib),
+                    quant_format=QuantFormat.QDQ,
+                    per_channel=True,
+                    reduce_range=reduce_range,
+                    activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                    nodes_to_exclude=list(exclude) or None,
+                    **options,
+                )
+        except Exception as e:  # ORT raises bare Exceptions with its own messages
+            raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
+        return out
+
+    def _preprocessed(self, ctx, work):
+        """The model int8 quantization starts from (opset >= 13, ORT's pre-processing), once per build."""
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from edgekit.errors import ConversionError
+
+        ctx.require_calibration("int8 static quantization", "fp32/fp16")
+        pre = work / "model.pre.onnx"
+        if pre.is_file():
+            return pre
+        source = self._ensure_opset(ctx, 13, work)
+        try:
+            with _quiet():
+                # Shapes are static by now, so ONNX's own shape inference suffices; ORT's symbolic
+                # inference asserts on some real models (PP-OCR's Concat) and needs sympy.
+                quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
+        except Exception as e:  # ORT raises bare Exceptions with its own messages
+            pre.unlink(missing_ok=True)
+            raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
+        self._name_nodes(pre)
+        return pre
+
+    @staticmethod
+    def _name_nodes(path):
+        """ORT excludes nodes from quantization by name: give unnamed nodes unique names (semantics unchanged)."""
+        import onnx
+
+        model = onnx.load(str(path))
+        unnamed = [n for n in model.graph.node if not n.name]
+        if unnamed:
+            taken = {n.name for n in model.graph.node}
+            for k, n in enumerate(unnamed):
+                name = f"{n.op_type}_edgekit_{k}"
+                while name in taken:
+                    name += "_"
+                n.name = name
+                taken.add(name)
+            onnx.save(model, str(path))
+
+    # -- mixed precision (--budget) ---------------------------------------------------
+    def layer_names(self, ctx, layers):
+        """Reference layers -> node names in ORT's pre-processed model (found by their output tensors)."""
+        import onnx
+
+        pre = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False)
+        by_output = {
+            n.output[0]: n.name
+            for n in pre.graph.node
+            if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and n.output and n.name
+        }
+        return {
+            layer.name: next((by_output[t] for t in reversed(layer.tensors) if t in by_output), None)
+            for layer in layers
+        }
+
+    def quantize(self, ctx, exclude=()):
+        """A layer kept float takes its element-wise tail with it (activations, pooling, residual Add: every node
+        up to the next weighted layer): otherwise the QDQ pair on the next node's input quantizes its output anyway."""
+        import onnx
+
+        settings = ctx.profile.backend("ort")
+        names = self.layer_names(ctx, exclude) if exclude else {}
+        heads = {n for n in names.values() if n}
+        nodes = set()
+        if heads:
+            graph = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False).graph
+            consumers = {}
+            for n in graph.node:
+                for i in n.input:
+                    consumers.setdefault(i, []).append(n)
+            stack = [n for n in graph.node if n.name in heads]
+            while stack:
+                n = stack.pop()
+                if n.name in nodes:
+                    continue
+                nodes.add(n.name)
+                for out in n.output:
+                    stack.extend(
+                        c
+                        for c in consumers.get(out, [])
+                        if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul")
+                    )
+        nodes = sorted(nodes)
+        tag = f"{len(nodes)}f{len(list(ctx.workdir.glob('model.int8-mp*.onnx')))}"
+        return self._int8_static(
+            ctx,
+            ctx.workdir,
+            bool(settings.get("int8_reduce_range", False)),
+            nodes,
+            out=ctx.workdir / f"model.int8-mp{tag}.onnx",
+        )
+
+    def _ensure_opset(self, ctx, minimum, work):
+        """Per-channel QDQ needs DequantizeLinear's axis (opset 13): upgrade older models, checked."""
+        import onnx
+        from onnx import version_converter
+
+        from edgekit.errors import ConversionError
+
+        current = ctx.source.opset.get("ai.onnx", minimum)
+        if current >= minimum:
+            return ctx.reference_path
+        try:
+            upgraded = version_converter.convert_version(onnx.load(str(ctx.reference_path)), minimum)
+        except Exception as e:  # the converter raises RuntimeError/ValueError/ConvertError
+            raise ConversionError(
+                f"cannot upgrade the model from opset {current} to {minimum} for int8 "
+                f"quantization: {e}; re-export the model with opset >= {minimum}"
+            ) from e
+        path = work / f"model.opset{minimum}.onnx"
+        onnx.save(upgraded, str(path))
+        ctx.check(f"opset upgrade {current} -> {minimum}", path)
+        return path
+
+    def _int8_dynamic(self, src, dst):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        from edgekit.errors import ConversionError
+
+        try:
+            with _quiet():
+                quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        except Exception as e:
+            raise ConversionError(f"ONNX Runtime dynamic quantization failed: {type(e).__name__}: {e}") from e
+        return dst
+
+
+class _Reader:
+    """onnxruntime.quantization CalibrationDataReader over a Dataset."""
+
+    def __init__(self, dataset):
+        self._it = iter(dataset.samples)
+
+    def get_next(self):
+        return next(self._it, None)
