@@ -6,18 +6,25 @@ Choices, and why:
   dynamic (and the QOperator format) turn every Conv into ConvInteger, which runs
   10-20x slower than FP32 on CNNs, so it is only built on request, with a warning.
 - On x86 without VNNI, U8S8 products can saturate; the profile asks for
-  ``int8_reduce_range`` there and weights are quantized to 7 bits.
+  ``int8_reduce_range`` there and weights are quantized to 7 bits. An INT8 build for
+  another device (no reduce_range: an ARM board's dot-product kernels do not saturate)
+  checked on such a host is run with its QDQ groups unfused (exact int8 arithmetic, as
+  the target computes it); its ``.ort`` file is shown to match that QDQ model under this
+  host's own fused kernels, and the report says so.
 - The ORT format (``.ort``) is for mobile and minimal builds; the conversion targets
   the profile's architecture (``arm`` keeps QDQ int8 fusions, drops x86-only NCHWc).
 """
 
 from pathlib import Path
 
+from edgekit_agent.runners.ort import int8_products_saturate
+
 from ..base import Backend, BuildResult
 from .convert import OrtFormats
 from .quantize import OrtQuantization
 
 FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC = {"Conv", "ConvTranspose"}
+EXACT = "ort.exact_int8"  # session memo: this build's int8 models are checked with QDQ unfused
 
 
 class OrtBackend(OrtQuantization, OrtFormats, Backend):
@@ -65,6 +72,36 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
 
     # host-side inference: the reference by edgekit.execution.reference_session, built models by the agent's
     # ONNX Runtime runner (Backend.execution), as the device runs them
+    def manifest_for(self, model_path, session=None):
+        entry = super().manifest_for(model_path, session)
+        if session is not None and session.memo.get(EXACT) and str(model_path).endswith(".onnx"):
+            entry = dict(entry, runner={**entry.get("runner", {}), "graph_optimization": "basic"})
+        return entry
+
+    def _ort_matches_qdq(self, ctx, qdq_path, ort_path):
+        """The .ort file against its QDQ source, both under this host's own (fused) kernels: the conversion must
+        not change what the model computes. Returns the record for the report; raises ConversionError if not."""
+        import numpy as np
+
+        from edgekit.errors import ConversionError
+        from edgekit.execution import in_process, predict
+
+        samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]
+        plain = {**(ctx.session.default_manifest() if ctx.session else {}), "runner": {}}
+        qdq = predict(in_process("ort", qdq_path, plain), samples)
+        ort = predict(in_process("ort", ort_path, plain), samples)
+        worst = max(
+            float(np.max(np.abs(np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64))))
+            for a, b in zip(qdq, ort)
+            for k in a
+        )
+        scale = max(float(np.max(np.abs(np.asarray(a[k], np.float64)))) for a in qdq for k in a) or 1.0
+        if not worst <= 1e-3 * scale:
+            raise ConversionError(
+                f"the ORT-format conversion changed what the int8 model computes: max|err| {worst:.3g} against its "
+                "QDQ source under the same kernels"
+            )
+        return {"samples": len(samples), "max_abs_vs_qdq_same_kernels": worst}
 
     # -- conversion ---------------------------------------------------------------
     def build(self, ctx):
@@ -90,6 +127,13 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                 )
         elif ctx.precision == "int8":
             reduce_range = bool(settings.get("int8_reduce_range", False))
+            exact = not reduce_range and int8_products_saturate() and ctx.session is not None
+            if exact:
+                ctx.session.memo[EXACT] = True
+                warnings.append(
+                    "checked in exact int8 arithmetic (QDQ unfused): this build machine's CPU (x86-64 without "
+                    "VNNI) saturates ONNX Runtime's fused uint8 x int8 products, the target's kernels do not"
+                )
             model_path = self._int8_static(ctx, work, reduce_range)
             if ctx.budget is not None:
                 from edgekit.passes.mixed_precision import search
@@ -105,6 +149,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                 "reduce_range": reduce_range,
                 "calibration": "minmax",
                 "calibration_samples": len(ctx.calib),
+                **({"checked_in": "exact int8 arithmetic (QDQ unfused) on this host"} if exact else {}),
             }
             floats = len(sections.get("mixed_precision", {}).get("float_layer_names", []))
             ctx.check(
@@ -131,8 +176,18 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         if fmt == "ort":
             target_platform = "arm" if ctx.profile.arch in ("aarch64", "armv7l") else "amd64"
             model_file, config = self._to_ort_format(final_onnx, work / "ortfmt", target_platform)
-            ctx.check(f"ORT format (optimized for {target_platform})", model_file)
             sections["ort_format"] = {"target_platform": target_platform, "optimization": "all, fixed"}
+            if ctx.session is not None and ctx.session.memo.get(EXACT):
+                # its fused kernels saturate here: show the file computes what its QDQ source computes under the
+                # same kernels, and judge the int8 model by the QDQ source in exact arithmetic
+                sections["ort_format"]["matches_qdq_source"] = self._ort_matches_qdq(ctx, final_onnx, model_file)
+                ctx.check(
+                    f"ORT format (optimized for {target_platform}; int8 judged exactly on its QDQ source, which the "
+                    f"file matches under this host's kernels)",
+                    final_onnx,
+                )
+            else:
+                ctx.check(f"ORT format (optimized for {target_platform})", model_file)
         else:
             model_file = final_onnx
             config = work / "model.required_operators.config"
@@ -155,7 +210,14 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             ops=ops,
             sections=sections,
             warnings=warnings,
-            runner_options={"providers": settings.get("providers", ["CPUExecutionProvider"])},
+            runner_options={
+                "providers": settings.get("providers", ["CPUExecutionProvider"]),
+                **(
+                    {"int8_u8s8": True}
+                    if ctx.precision == "int8" and not sections["quantization"]["reduce_range"]
+                    else {}
+                ),
+            },
         )
 
 

@@ -10,6 +10,31 @@ from .quiet import no_ort_telemetry
 CPU = "CPUExecutionProvider"
 
 
+def int8_products_saturate():
+    """True on an x86-64 CPU without VNNI, where ONNX Runtime's fused u8s8 int8 kernels (vpmaddubsw) saturate
+    their 16-bit intermediate sums; ARM dot-product kernels and VNNI do not. Unknown (not Linux): False."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return not ({"avx512_vnni", "avx_vnni"} & flags)
+    except OSError:
+        pass
+    return False
+
+
+SATURATION_WARNING = (
+    "this CPU (x86-64 without VNNI) computes ONNX Runtime's fused uint8 x int8 products with saturation: an "
+    "int8 model quantized without reduce_range for another device (e.g. an ARM board) gives less accurate "
+    "outputs here than on that device; build with --profile host for this machine"
+)
+
+
 class OrtRunner(Runner):
     backend = "ort"
     runtime = "onnxruntime"
@@ -38,6 +63,9 @@ class OrtRunner(Runner):
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
+        if self.manifest.get("runner", {}).get("graph_optimization") == "basic":
+            # QDQ nodes stay unfused: int8 arithmetic computed exactly (no saturating fused kernels), slower
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         so.log_severity_level = 3
         if profile_prefix:
             so.enable_profiling = True
@@ -85,6 +113,11 @@ class OrtRunner(Runner):
                 "%s was requested but this onnxruntime build does not have it; it fell back to %s"
                 % (p, ", ".join(active))
             )
+        opts = self.manifest.get("runner", {})
+        if opts.get("graph_optimization") == "basic":
+            info["graph_optimization"] = "basic (QDQ unfused: exact int8 arithmetic)"
+        elif opts.get("int8_u8s8") and active[0] == CPU and int8_products_saturate():
+            info["warnings"].append(SATURATION_WARNING)
         return info
 
     def placement(self, feeds):

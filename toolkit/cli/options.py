@@ -55,13 +55,14 @@ def device_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGro
 
 def check_backend(name: str | None) -> None:
     """A ``--backend`` this edgekit does not have: the error names the close ones (exit 1, as the library's)."""
-    from ..converters import BACKEND_MODULES
+    from edgekit_agent.runners.table import TABLE
+
     from ..errors import BackendUnavailable
 
-    if name is not None and name not in BACKEND_MODULES:
+    names = TABLE.names()
+    if name is not None and name not in names:
         raise BackendUnavailable(
-            f"unknown backend {name!r}{did_you_mean(name, BACKEND_MODULES)}; "
-            f"this edgekit builds for: {', '.join(sorted(BACKEND_MODULES))}"
+            f"unknown backend {name!r}{did_you_mean(name, names)}; this edgekit builds for: {', '.join(sorted(names))}"
         )
 
 
