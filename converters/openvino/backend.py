@@ -28,9 +28,13 @@ edgekit never lets them: :func:`no_telemetry` runs before any OpenVINO/NNCF impo
 
 from pathlib import Path
 
+from edgekit_agent.runners.base import int8_products_saturate
+
 from ..base import Backend, BuildResult
 from .common import PRECISION_MARK, _ov, _present, _short_version, device_list
 from .quantize import OpenVINOQuantization
+
+EXACT = "openvino.exact_int8"  # session memo: this build's int8 IRs are checked with FakeQuantize in fp32
 
 
 class OpenVINOBackend(OpenVINOQuantization, Backend):
@@ -111,6 +115,8 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         manifest = self.manifest_for(model_path, session)
         options = dict(manifest.get("runner") or {}, device="CPU", model_cache=False)
         options["inference_precision"] = inference_precision
+        if session is not None and session.memo.get(EXACT) and Path(model_path).suffix == ".xml":
+            options["exact_int8"] = True
         return in_process(self.name, model_path, dict(manifest, runner=options), threads)
 
     def reference_outputs(self, model_path, samples, threads=None, session=None):
@@ -170,6 +176,15 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         elif ctx.precision == "int8":
             final, sections["quantization"] = self._int8(ov, ctx, fp32_xml, work / "int8", device)
             step = "int8 post-training quantization (NNCF)"
+            if sections["quantization"]["overflow_fix"] == "disable" and int8_products_saturate():
+                # built for a device whose int8 products do not saturate; this CPU's would: check it exactly
+                ctx.session.memo[EXACT] = True
+                sections["quantization"]["checked_in"] = "exact int8 arithmetic (FakeQuantize in fp32) on this host"
+                step += ", checked in exact int8 arithmetic"
+                warnings.append(
+                    "checked in exact int8 arithmetic (OpenVINO's low-precision transformations off): this build "
+                    "machine's CPU (x86-64 without VNNI) saturates u8 x s8 products, the target's does not"
+                )
             if ctx.budget is not None:
                 from edgekit.passes.mixed_precision import search
 
@@ -233,7 +248,14 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
             ops=self._ops(final_model),
             sections=sections,
             warnings=warnings,
-            runner_options={"device": device, "hint": hint, "inference_precision": exec_precision, "model_cache": True},
+            runner_options={
+                "device": device,
+                "hint": hint,
+                "inference_precision": exec_precision,
+                "model_cache": True,
+                # the runner warns when an int8 IR without NNCF's overflow fix runs on a CPU that saturates
+                **({"int8_u8s8": True} if sections.get("quantization", {}).get("overflow_fix") == "disable" else {}),
+            },
         )
 
     @staticmethod

@@ -128,11 +128,12 @@ class OpenVINOQuantization:
     @staticmethod
     def _overflow_fix(profile, device):
         """x86 CPUs without VNNI multiply u8 x s8 with VPMADDUBSW, whose 16-bit sums saturate: NNCF's
-        default overflow fix (7-bit weights in the first layer) guards against that. VNNI/AMX, ARM
-        dot products, GPUs and NPUs do not saturate, and full 8-bit weights keep more accuracy."""
+        overflow fix (7-bit weights) guards against that, on every layer (measured on PP-OCR cls with an
+        AVX2-only CPU: the first layer alone, NNCF's default, 88.0 % against 94.0 % FP32; every layer 92.5 %).
+        VNNI/AMX, ARM dot products, GPUs and NPUs do not saturate, and full 8-bit weights keep more accuracy."""
         isa = set(profile.data["cpu"].get("isa", []))
         if profile.arch == "x86_64" and "CPU" in device_list(device) and not isa & {"avx512_vnni", "avx_vnni", "amx"}:
-            return "FIRST_LAYER", f"{profile.name}'s x86 CPU has no VNNI: u8s8 products can saturate"
+            return "ENABLE", f"{profile.name}'s x86 CPU has no VNNI: u8s8 products can saturate"
         return "DISABLE", (
             f"{profile.name} computes int8 products without 16-bit saturation "
             f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)"

@@ -17,7 +17,7 @@ Choices, and why:
 
 from pathlib import Path
 
-from edgekit_agent.runners.ort import int8_products_saturate
+from edgekit_agent.runners.base import int8_products_saturate
 
 from ..base import Backend, BuildResult
 from .convert import OrtFormats

@@ -70,3 +70,21 @@ class Runner(object):
             want = s["shape"]
             if len(a.shape) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, a.shape)):
                 raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
+
+
+def int8_products_saturate():
+    """True on an x86-64 CPU without VNNI, where ONNX Runtime's fused u8s8 int8 kernels (vpmaddubsw) saturate
+    their 16-bit intermediate sums; ARM dot-product kernels and VNNI do not. Unknown (not Linux): False."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return not ({"avx512_vnni", "avx_vnni"} & flags)
+    except OSError:
+        pass
+    return False

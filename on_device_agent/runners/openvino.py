@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from .base import Runner, RunnerFault, RuntimeMissing
+from .base import Runner, RunnerFault, RuntimeMissing, int8_products_saturate
 
 AUTO_DEFAULT = ["GPU", "CPU"]  # OpenVINO's AUTO default priority; the NPU is used only when listed
 
@@ -176,6 +176,10 @@ class OpenVINORunner(Runner):
                 config["INFERENCE_PRECISION_HINT"] = self.precision
         if cache:
             config["CACHE_DIR"] = cache
+        if self.options.get("exact_int8") and device.split(".")[0] == "CPU":
+            # low-precision transformations off: FakeQuantize runs in fp32, i.e. the int8 model's arithmetic
+            # without this CPU's saturating u8 x s8 kernels (slower; used to check builds for other devices)
+            config["LP_TRANSFORMS_MODE"] = "NO"
         if perf_count:
             config["PERF_COUNT"] = True
         return config
@@ -237,6 +241,17 @@ class OpenVINORunner(Runner):
             self.warnings.append(
                 "%s execution was asked for; %s runs this model in %s"
                 % (self.precision, self.device, self.inference_precision)
+            )
+        if (
+            self.options.get("int8_u8s8")
+            and not self.options.get("exact_int8")
+            and self.device.split(".")[0] == "CPU"
+            and int8_products_saturate()
+        ):
+            self.warnings.append(
+                "this CPU (x86-64 without VNNI) computes u8 x s8 products with saturation: this int8 model was "
+                "quantized for a device that does not (no NNCF overflow fix), so its outputs here are less "
+                "accurate than there; build with --profile host for this machine"
             )
 
     def _older_runtime(self):
