@@ -89,8 +89,8 @@ def main(argv=None):
             sys.stderr.write("error: %s\n" % e)
             return 2
     if args.cmd == "supervise":
+        from .childproc import self_command
         from .daemon import supervise
-        from .server import self_command
 
         serve_args = list(args.serve_args)
         if not serve_args or serve_args[0] != "serve" or "--root" not in serve_args:
@@ -119,9 +119,9 @@ def main(argv=None):
             "port": port,
             "version": __version__,
             "zip_sha256": own_zip_sha256(),
-            "root": server.agent.store.root,
+            "root": server.service.store.root,
             "root_arg": args.root,
-            "auth": bool(server.agent.token),
+            "auth": bool(server.service.token),
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
         }
@@ -136,7 +136,7 @@ def main(argv=None):
         sys.stderr.flush()
         import threading
 
-        restore = threading.Thread(target=server.agent.restore, name="restore-models")
+        restore = threading.Thread(target=server.service.restore, name="restore-models")
         restore.daemon = True
         restore.start()
         try:
@@ -145,8 +145,7 @@ def main(argv=None):
             pass
         finally:
             server.server_close()
-            if server.agent.recorder:
-                server.agent.recorder.close()
+            server.service.close()
         return 0
     if args.cmd in ("start", "stop", "status"):
         from . import daemon

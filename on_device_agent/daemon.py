@@ -94,7 +94,7 @@ def _is_agent(state):
 
 def own_zip_sha256():
     """sha256 of the zipapp this agent runs from (None when not run from one)."""
-    from .server import self_command
+    from .childproc import self_command
 
     cmd = self_command()
     if len(cmd) == 2 and cmd[1].endswith(".pyz"):
@@ -224,7 +224,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         lingering = read_state(root)
         if lingering and _is_supervisor(lingering.get("supervisor_pid")):
             stop(root)  # a supervisor waiting to restart a crashed server: one agent per root
-    from .server import self_command
+    from .childproc import self_command
 
     serve = ["serve", "--root", root, "--host", host, "--port", str(port)]
     if token_file:

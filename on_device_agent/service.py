@@ -1,0 +1,280 @@
+"""What the agent does, without HTTP: install, load, serve, roll back, benchmark.
+
+One :class:`AgentService` holds the agent's state (the store, the loaded models, the
+metrics and the telemetry recorder); its locks are private. The HTTP layer
+(``server.py``) parses requests and calls only the public methods here.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+from . import API_VERSION, __version__, runners
+from .bench import device_info
+from .childproc import one_shot_bench, verify_loads
+from .errors import AgentError
+from .metrics import Metrics
+from .store import Store, check_name
+from .telemetry import Recorder
+
+OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing"}
+
+
+class LoadedModel(object):
+    def __init__(self, name, version, runner):
+        self.name, self.version, self.runner = name, version, runner
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.warmup_ms = 0.0
+        self.options = {}
+        self.accelerator = runner.describe().get("accelerator")
+
+
+class AgentService(object):
+    """State shared by all request threads, and the operations on it."""
+
+    def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2, context_interval=30.0):
+        self.store = Store(root)
+        self.token = token
+        self.started = time.time()
+        self.warmup_on_load = warmup_on_load
+        self.metrics = Metrics()
+        self.recorder = (
+            Recorder(root, flush_interval=flush_interval, context_interval=context_interval) if telemetry else None
+        )
+        self._loaded = {}
+        self._lock = threading.Lock()
+        self._load_locks = {}
+        self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
+
+    # -- state ----------------------------------------------------------------
+    def _load_lock(self, name):
+        with self._lock:
+            return self._load_locks.setdefault(name, threading.Lock())
+
+    def _remember(self):
+        """Which models are loaded (with their options), so a restarted agent loads them again."""
+        data = dict((n, m.options) for n, m in self._loaded.items())
+        tmp = self._loaded_file + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, self._loaded_file)
+        except OSError:
+            pass
+
+    def loaded_count(self):
+        return len(self._loaded)
+
+    def restore(self):
+        """Load again what was loaded before a restart or reboot (in the background)."""
+        try:
+            with open(self._loaded_file) as f:
+                wanted = json.load(f)
+        except (OSError, ValueError):
+            return
+        for name, options in sorted(wanted.items()):
+            try:
+                self.load(name, **(options or {}))
+            except Exception as e:  # a model that no longer loads must not stop the agent
+                sys.stderr.write("could not load %s again after restart: %s\n" % (name, e))
+
+    def close(self):
+        if self.recorder:
+            self.recorder.close()
+
+    # -- queries --------------------------------------------------------------
+    def health(self):
+        return {
+            "status": "ok",
+            "agent_version": __version__,
+            "api": API_VERSION,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started, 3),
+            "root": self.store.root,
+            "auth": bool(self.token),
+            "device": device_info(),
+            "runtimes": runners.runtimes(),
+            "models": self.store.names(),
+            "telemetry": self.recorder.stats()
+            if self.recorder
+            else {"ok": False, "error": "disabled (--no-telemetry)"},
+        }
+
+    def models(self):
+        out = []
+        for name in self.store.names():
+            version, _, manifest = self.store.current(name)
+            loaded = self._loaded.get(name)
+            out.append(
+                {
+                    "name": name,
+                    "version": version,
+                    "versions": self.store.versions(name),
+                    "backend": manifest.get("backend"),
+                    "precision": manifest.get("precision"),
+                    "profile": manifest.get("profile"),
+                    "inputs": manifest.get("inputs"),
+                    "outputs": manifest.get("outputs"),
+                    "loaded": bool(loaded and loaded.version == version),
+                }
+            )
+        return out
+
+    def metrics_text(self):
+        return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
+
+    # -- loading --------------------------------------------------------------
+    def load(self, name, threads=None, providers=None, warmup=None):
+        """Load the current version and warm it up, so the first real request pays no cold start."""
+        with self._load_lock(name):
+            return self._load(name, threads, providers, warmup)
+
+    def _load(self, name, threads=None, providers=None, warmup=None):
+        version, bundle_dir, manifest = self.store.current(name)
+        runner_cls = runners.get(manifest["backend"])
+        runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
+        runner.load()
+        warmup = self.warmup_on_load if warmup is None else int(warmup)
+        t0 = time.perf_counter()
+        if warmup > 0:
+            from .bench import load_inputs
+
+            feeds, _ = load_inputs(bundle_dir, manifest)
+            for _ in range(warmup):
+                runner.run(feeds)
+        model = LoadedModel(name, version, runner)
+        model.warmup_ms = (time.perf_counter() - t0) * 1000.0
+        model.options = {"threads": threads, "providers": providers}
+        with self._lock:
+            old = self._loaded.get(name)
+            self._loaded[name] = model
+            self._remember()
+        if old is not None:
+            with old.lock:  # a request still running on the old runner finishes first
+                old.runner.close()
+        self.metrics.load(name, version)
+        if self.recorder:
+            self.recorder.event("load", name, version, {"load_ms": runner.load_ms, "warmup_runs": warmup})
+        return model
+
+    def load_info(self, name, threads=None, providers=None, warmup=None):
+        model = self.load(name, threads=threads, providers=providers, warmup=warmup)
+        info = model.runner.describe()
+        info.update(
+            {"name": name, "version": model.version, "load_ms": model.runner.load_ms, "warmup_ms": model.warmup_ms}
+        )
+        return info
+
+    def unload(self, name):
+        with self._lock:
+            model = self._loaded.pop(name, None)
+        if model is None:
+            raise AgentError(404, "model %r is not loaded" % name)
+        model.runner.close()
+        return {"name": name, "unloaded": True}
+
+    def remove(self, name):
+        with self._load_lock(name):
+            with self._lock:
+                model = self._loaded.pop(name, None)
+                self._remember()
+            if model is not None:
+                with model.lock:
+                    model.runner.close()
+            result = self.store.remove(name)
+        if self.recorder:
+            self.recorder.event("remove", name, None, {})
+        return result
+
+    def _get_loaded(self, name):
+        """The loaded model, (re)loaded if it is not loaded or a newer version was installed."""
+        version = self.store.current_version(check_name("model name", name))
+        with self._lock:
+            model = self._loaded.get(name)
+        if model is None or model.version != version:
+            with self._load_lock(name):  # concurrent first requests load it once
+                with self._lock:
+                    model = self._loaded.get(name)
+                if model is None or model.version != self.store.current_version(name):
+                    model = self._load(name)
+        return model
+
+    # -- serving --------------------------------------------------------------
+    def _record(self, name, model, outcome, queue_ms=None, infer_ms=None, shape=None, error=None, pre_ms=None):
+        version = model.version if model else None
+        backend = model.runner.manifest.get("backend") if model else None
+        accelerator = model.accelerator if model else None
+        # Names of models that do not exist come from clients: one label for all of them keeps /metrics bounded.
+        label = name if (model is not None or name in self._loaded or outcome != "unknown_model") else "(unknown)"
+        self.metrics.request(label, version, backend, accelerator, outcome, infer_ms, queue_ms)
+        if self.recorder:
+            return self.recorder.record(
+                name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error, pre_ms
+            )
+        return None
+
+    def reject(self, name, error):
+        """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
+        status = getattr(error, "status", 500)
+        self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
+
+    def infer(self, name, feeds, t_arrive, pre_ms=None):
+        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
+        model = None
+        try:
+            model = self._get_loaded(name)
+            model.runner.check_feeds(feeds)
+            with model.lock:
+                t0 = time.perf_counter()
+                outputs = model.runner.run(feeds)
+                t1 = time.perf_counter()
+                model.requests += 1
+        except Exception as e:
+            status = getattr(e, "status", 500)
+            self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
+            raise
+        infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
+        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())
+        rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
+        meta = {
+            "model": name,
+            "version": model.version,
+            "inference_ms": infer_ms,
+            "queue_ms": queue_ms,
+            "request_id": rid,
+        }
+        return outputs, meta
+
+    def bench(self, name, runs, warmup, threads=None, providers=None, timeout=600.0):
+        version, bundle_dir, manifest = self.store.current(name)
+        try:
+            report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
+        except AgentError as e:
+            raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e))
+        report["version"] = version
+        return report
+
+    # -- installing -----------------------------------------------------------
+    def begin_upload(self, name, version, manifest):
+        return self.store.begin(name, version, manifest)
+
+    def receive(self, name, version, filename, stream, length, offset=0):
+        return self.store.receive(name, version, filename, stream, length, offset)
+
+    def commit(self, name, version, verify=False):
+        result = self.store.commit(name, version, verify=verify_loads if verify else None)
+        if self.recorder:
+            self.recorder.event("install", name, version, {"previous": result["previous"]})
+        return result
+
+    def rollback(self, name, version=None):
+        result = self.store.rollback(name, version)
+        was = self._loaded.get(name)
+        if was is not None and not result.get("unchanged"):
+            self.load(name, **was.options)  # serve the version rolled back to, warm, from now on
+        if self.recorder:
+            self.recorder.event("rollback", name, result["version"], {"from": result["previous"]})
+        return result
