@@ -41,6 +41,10 @@ def main(argv=None):
             help="seconds between device context samples (load, memory, temperature)",
         )
         s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
+        s.add_argument("--max-connections", type=int, default=256, help="open connections at most")
+        s.add_argument(
+            "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
+        )
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
     sv.add_argument("serve_args", nargs=argparse.REMAINDER)
     for name in ("stop", "status"):
@@ -109,6 +113,8 @@ def main(argv=None):
             warmup_on_load=args.warmup_on_load,
             flush_interval=args.flush_interval,
             context_interval=args.context_interval,
+            max_connections=args.max_connections,
+            header_timeout=args.header_timeout,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -121,7 +127,7 @@ def main(argv=None):
             "zip_sha256": own_zip_sha256(),
             "root": server.service.store.root,
             "root_arg": args.root,
-            "auth": bool(server.service.token),
+            "auth": not server.service.open_reads,
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
         }
@@ -158,6 +164,10 @@ def main(argv=None):
                 str(args.context_interval),
                 "--warmup-on-load",
                 str(args.warmup_on_load),
+                "--max-connections",
+                str(args.max_connections),
+                "--header-timeout",
+                str(args.header_timeout),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:

@@ -105,11 +105,24 @@ def own_zip_sha256():
     return None
 
 
+def with_token(state, root):
+    """The state as ``start``/``status`` print it: with the agent's token when this user can read it.
+
+    The token is never written to ``state.json``; it lives in ``ROOT/agent/token`` (mode 600).
+    """
+    try:
+        with open(os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "token")) as f:
+            state["token"] = f.read().strip() or None
+    except OSError:
+        pass
+    return state
+
+
 def status(root):
     state = read_state(root)
     if state and _is_agent(state) and _healthy(state):
         state["running"] = True
-        return state
+        return with_token(state, root)
     return {"running": False, "root": os.path.abspath(os.path.expanduser(root))}
 
 
@@ -245,7 +258,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         if state and state != old and state.get("supervisor_pid") == proc.pid and _healthy(state):
             state["started"] = True
             state["running"] = True
-            return state
+            return with_token(state, root)
         if proc.poll() is not None:
             break
         time.sleep(0.05)

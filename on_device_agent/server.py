@@ -42,7 +42,8 @@ def openapi(h):
 
 @route("GET", "/v1/models")
 def list_models(h):
-    return {"models": h.service.models()}
+    models, unreadable = h.service.models()
+    return {"models": models, "unreadable": unreadable}
 
 
 @route("POST", "/v1/models/([^/]+)/load")
@@ -65,7 +66,7 @@ def remove_model(h, name):
     return h.service.remove(name)
 
 
-@route("POST", "/v1/models/([^/]+)/infer")
+@route("POST", "/v1/models/([^/]+)/infer", serving=True)
 def infer(h, name):
     from edgekit_sdk.wire import (
         CONTENT_TYPE,
@@ -86,8 +87,10 @@ def infer(h, name):
                 feeds, _ = decode_tensors(h.body())
             else:
                 feeds = tensors_from_json(h.json_body().get("inputs"))
-        except (WireError, ValueError) as e:
+        except (WireError, ValueError, TypeError) as e:
             raise HTTPError(400, str(e))
+        except RecursionError:
+            raise HTTPError(400, "inputs nested too deeply")
     except Exception as e:
         h.service.reject(name, e)
         raise
@@ -102,16 +105,14 @@ def infer(h, name):
 @route("POST", "/v1/models/([^/]+)/bench")
 def bench(h, name):
     body = h.json_body()
-    try:
-        runs, warmup = int(body.get("runs") or 100), int(body.get("warmup") or 0)
-        threads = int(body["threads"]) if body.get("threads") else None
-        timeout = float(body.get("timeout_s") or 600)
-        providers = [str(p) for p in body.get("providers") or []]
-    except (TypeError, ValueError):
-        raise HTTPError(400, "runs, warmup and threads must be integers, timeout_s a number, providers a list")
-    if runs < 1 or warmup < 0:
-        raise HTTPError(400, "runs must be >= 1 and warmup >= 0")
-    return h.service.bench(name, runs, warmup, threads, providers, timeout)
+    return h.service.bench(
+        name,
+        runs=body.get("runs", 100),
+        warmup=body.get("warmup", 0),
+        threads=body.get("threads"),
+        providers=body.get("providers"),
+        timeout=body.get("timeout_s", 600.0),
+    )
 
 
 @route("POST", "/v1/models/([^/]+)/rollback")
@@ -208,7 +209,7 @@ def telemetry_status(h):
     return _recorder(h).stats()
 
 
-@route("POST", "/v1/telemetry/annotate")
+@route("POST", "/v1/telemetry/annotate", serving=True)
 def telemetry_annotate(h):
     body = h.json_body()
     try:
@@ -228,16 +229,52 @@ def telemetry_annotate(h):
     return {"request_id": rid, "queued": True}
 
 
-def make_server(root, host="127.0.0.1", port=0, token=None, **agent_options):
-    if host not in LOOPBACK and not token:
+def ensure_token(root):
+    """The agent's token file, ``ROOT/agent/token``, created (readable by this user only) if missing."""
+    import secrets
+
+    path = token_path(root)
+    d = os.path.dirname(path)
+    if not os.path.isdir(d):
+        os.makedirs(d, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        with open(path) as f:
+            token = f.read().strip()
+        if token:
+            return token
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def token_path(root):
+    return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "token")
+
+
+def make_server(root, host="127.0.0.1", port=0, token=None, max_connections=256, header_timeout=10.0, **agent_options):
+    """The agent's server. Without ``token`` (loopback only) it makes one, ``ROOT/agent/token``: reads and
+    inference stay open to local apps, and every request that changes state must carry it."""
+    loopback = host in LOOPBACK
+    if not loopback and not token:
         raise SystemExit(
             "refusing to listen on %s without a token: pass --token-file FILE (or set "
             "EDGEKIT_AGENT_TOKEN), or listen on 127.0.0.1 and reach the agent through SSH/ADB forwarding" % host
         )
+    open_reads = not token
+    if not token:
+        token = ensure_token(root)
     if ":" in host:
         import socket
 
         AgentServer.address_family = socket.AF_INET6
     server = AgentServer((host, port), Handler)
+    server.loopback, server.open_reads, server.host = loopback, open_reads, host
+    server.max_connections, server.header_timeout = max_connections, header_timeout
     server.service = AgentService(root, token, **agent_options)
+    server.service.open_reads = open_reads
     return server

@@ -12,14 +12,67 @@ import threading
 import time
 
 from . import API_VERSION, __version__, runners
+from . import childproc as children
 from .bench import device_info
 from .childproc import one_shot_bench, verify_loads
 from .errors import AgentError
 from .metrics import Metrics
-from .store import Store, check_name
+from .store import Store, StoreError, check_name
 from .telemetry import Recorder
 
 OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing"}
+MAX_WARMUP = 1000  # inferences on load
+MAX_WARMUP_S = 30.0  # and seconds: a load (which holds the model's load lock) ends in bounded time
+MAX_RUNS = 100000
+MAX_TIMEOUT_S = 3600.0
+
+
+def max_threads():
+    return max(4, 4 * (os.cpu_count() or 1))
+
+
+def _int(knob, value, low, high, default=None):
+    """A request knob: an integer in [low, high] (None -> default), else 400 saying which and why."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise AgentError(400, "%s must be an integer from %d to %d, got %r" % (knob, low, high, value))
+    try:
+        n = int(value)
+        if float(value) != n:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise AgentError(400, "%s must be an integer from %d to %d, got %r" % (knob, low, high, str(value)[:50]))
+    if not low <= n <= high:
+        raise AgentError(400, "%s must be from %d to %d, got %d" % (knob, low, high, n))
+    return n
+
+
+def check_knobs(threads=None, providers=None, warmup=None, runs=None, timeout_s=None):
+    """Validate request knobs; returns them normalised. Every bound is documented in openapi.json."""
+    import math
+
+    threads = _int("threads", threads, 1, max_threads()) if threads not in (None, 0) else None
+    if providers is not None:
+        if (
+            not isinstance(providers, list)
+            or len(providers) > 16
+            or not all(isinstance(p, str) and 0 < len(p) <= 128 for p in providers)
+        ):
+            raise AgentError(400, "providers must be a list of at most 16 accelerator names (strings)")
+        providers = providers or None
+    warmup = _int("warmup", warmup, 0, MAX_WARMUP)
+    runs = _int("runs", runs, 1, MAX_RUNS)
+    if timeout_s is not None:
+        try:
+            if isinstance(timeout_s, bool):
+                raise ValueError
+            timeout_s = float(timeout_s)
+        except (TypeError, ValueError):
+            raise AgentError(400, "timeout_s must be a number of seconds, got %r" % str(timeout_s)[:50])
+        if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+            raise AgentError(400, "timeout_s must be a finite number of seconds in (0, %d]" % MAX_TIMEOUT_S)
+    return threads, providers, warmup, runs, timeout_s
 
 
 class LoadedModel(object):
@@ -38,6 +91,7 @@ class AgentService(object):
     def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2, context_interval=30.0):
         self.store = Store(root)
         self.token = token
+        self.open_reads = False  # reads and inference need no token (a loopback agent that made its own)
         self.started = time.time()
         self.warmup_on_load = warmup_on_load
         self.metrics = Metrics()
@@ -51,6 +105,10 @@ class AgentService(object):
 
     # -- state ----------------------------------------------------------------
     def _load_lock(self, name):
+        """The lock serialising loads of one model; only for a valid name of an installed model."""
+        check_name("model name", name)
+        if not self.store.has(name):
+            self.store.current(name)  # raises the 404 that lists what is installed
         with self._lock:
             return self._load_locks.setdefault(name, threading.Lock())
 
@@ -82,6 +140,8 @@ class AgentService(object):
                 sys.stderr.write("could not load %s again after restart: %s\n" % (name, e))
 
     def close(self):
+        """Stop what the agent started: child processes first, then the telemetry writer."""
+        children.end_all()
         if self.recorder:
             self.recorder.close()
 
@@ -94,7 +154,8 @@ class AgentService(object):
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 3),
             "root": self.store.root,
-            "auth": bool(self.token),
+            "auth": bool(self.token) and not self.open_reads,
+            "write_auth": bool(self.token),
             "device": device_info(),
             "runtimes": runners.runtimes(),
             "models": self.store.names(),
@@ -104,9 +165,14 @@ class AgentService(object):
         }
 
     def models(self):
-        out = []
+        """``(models, unreadable)``: a model whose files cannot be read is reported, not fatal to the list."""
+        out, unreadable = [], []
         for name in self.store.names():
-            version, _, manifest = self.store.current(name)
+            try:
+                version, _, manifest = self.store.current(name)
+            except (StoreError, OSError) as e:
+                unreadable.append({"name": name, "error": str(e)})
+                continue
             loaded = self._loaded.get(name)
             out.append(
                 {
@@ -121,7 +187,7 @@ class AgentService(object):
                     "loaded": bool(loaded and loaded.version == version),
                 }
             )
-        return out
+        return out, unreadable
 
     def metrics_text(self):
         return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
@@ -129,15 +195,17 @@ class AgentService(object):
     # -- loading --------------------------------------------------------------
     def load(self, name, threads=None, providers=None, warmup=None):
         """Load the current version and warm it up, so the first real request pays no cold start."""
+        threads, providers, warmup, _, _ = check_knobs(threads, providers, warmup)
         with self._load_lock(name):
             return self._load(name, threads, providers, warmup)
 
     def _load(self, name, threads=None, providers=None, warmup=None):
         version, bundle_dir, manifest = self.store.current(name)
+        self.store.verify_files(bundle_dir, manifest)  # damage since the install is found before it serves
         runner_cls = runners.get(manifest["backend"])
         runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
         runner.load()
-        warmup = self.warmup_on_load if warmup is None else int(warmup)
+        warmup = self.warmup_on_load if warmup is None else warmup
         t0 = time.perf_counter()
         if warmup > 0:
             from .bench import load_inputs
@@ -145,6 +213,8 @@ class AgentService(object):
             feeds, _ = load_inputs(bundle_dir, manifest)
             for _ in range(warmup):
                 runner.run(feeds)
+                if time.perf_counter() - t0 > MAX_WARMUP_S:
+                    break
         model = LoadedModel(name, version, runner)
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
@@ -169,6 +239,7 @@ class AgentService(object):
         return info
 
     def unload(self, name):
+        check_name("model name", name)
         with self._lock:
             model = self._loaded.pop(name, None)
         if model is None:
@@ -185,6 +256,8 @@ class AgentService(object):
                 with model.lock:
                     model.runner.close()
             result = self.store.remove(name)
+        with self._lock:
+            self._load_locks.pop(name, None)
         if self.recorder:
             self.recorder.event("remove", name, None, {})
         return result
@@ -207,14 +280,24 @@ class AgentService(object):
         version = model.version if model else None
         backend = model.runner.manifest.get("backend") if model else None
         accelerator = model.accelerator if model else None
-        # Names of models that do not exist come from clients: one label for all of them keeps /metrics bounded.
-        label = name if (model is not None or name in self._loaded or outcome != "unknown_model") else "(unknown)"
+        # Names of models that do not exist come from clients: one label for all of them keeps /metrics and
+        # telemetry bounded (the name asked for is in the error text, cut to its bound).
+        known = model is not None or name in self._loaded or (outcome != "unknown_model" and self._valid(name))
+        label = name if known else "(unknown)"
         self.metrics.request(label, version, backend, accelerator, outcome, infer_ms, queue_ms)
         if self.recorder:
             return self.recorder.record(
-                name, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error, pre_ms
+                label, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error, pre_ms
             )
         return None
+
+    @staticmethod
+    def _valid(name):
+        try:
+            check_name("model name", name)
+            return True
+        except StoreError:
+            return False
 
     def reject(self, name, error):
         """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
@@ -237,7 +320,7 @@ class AgentService(object):
             self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
             raise
         infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
-        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())
+        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
         rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
         meta = {
             "model": name,
@@ -248,8 +331,11 @@ class AgentService(object):
         }
         return outputs, meta
 
-    def bench(self, name, runs, warmup, threads=None, providers=None, timeout=600.0):
-        version, bundle_dir, manifest = self.store.current(name)
+    def bench(self, name, runs=100, warmup=0, threads=None, providers=None, timeout=600.0):
+        threads, providers, warmup, runs, timeout = check_knobs(threads, providers, warmup, runs, timeout)
+        runs, warmup, timeout = 100 if runs is None else runs, warmup or 0, 600.0 if timeout is None else timeout
+        version, bundle_dir, manifest = self.store.current(check_name("model name", name))
+        self.store.verify_files(bundle_dir, manifest)
         try:
             report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
         except AgentError as e:
@@ -271,6 +357,9 @@ class AgentService(object):
         return result
 
     def rollback(self, name, version=None):
+        check_name("model name", name)
+        if version is not None:
+            check_name("version", version)
         result = self.store.rollback(name, version)
         was = self._loaded.get(name)
         if was is not None and not result.get("unchanged"):
