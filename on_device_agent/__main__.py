@@ -43,6 +43,9 @@ def main(argv=None):
         s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
         s.add_argument("--max-connections", type=int, default=256, help="open connections at most")
         s.add_argument(
+            "--max-queue", type=int, default=64, help="requests a model takes at once; beyond, 503 with Retry-After"
+        )
+        s.add_argument(
             "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
         )
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
@@ -115,6 +118,7 @@ def main(argv=None):
             context_interval=args.context_interval,
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
+            max_queue=args.max_queue,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -168,6 +172,8 @@ def main(argv=None):
                 str(args.max_connections),
                 "--header-timeout",
                 str(args.header_timeout),
+                "--max-queue",
+                str(args.max_queue),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:

@@ -20,7 +20,7 @@ from .metrics import Metrics
 from .store import Store, StoreError, check_name
 from .telemetry import Recorder
 
-OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing"}
+OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing", 503: "overloaded"}
 MAX_WARMUP = 1000  # inferences on load
 MAX_WARMUP_S = 30.0  # and seconds: a load (which holds the model's load lock) ends in bounded time
 MAX_RUNS = 100000
@@ -80,6 +80,7 @@ class LoadedModel(object):
         self.name, self.version, self.runner = name, version, runner
         self.lock = threading.Lock()
         self.requests = 0
+        self.pending = 0  # requests running or waiting for this model (bounded by the service's max_queue)
         self.warmup_ms = 0.0
         self.options = {}
         self.accelerator = runner.describe().get("accelerator")
@@ -88,8 +89,18 @@ class LoadedModel(object):
 class AgentService(object):
     """State shared by all request threads, and the operations on it."""
 
-    def __init__(self, root, token=None, telemetry=True, warmup_on_load=3, flush_interval=0.2, context_interval=30.0):
+    def __init__(
+        self,
+        root,
+        token=None,
+        telemetry=True,
+        warmup_on_load=3,
+        flush_interval=0.2,
+        context_interval=30.0,
+        max_queue=64,
+    ):
         self.store = Store(root)
+        self.max_queue = max_queue
         self.token = token
         self.open_reads = False  # reads and inference need no token (a loopback agent that made its own)
         self.started = time.time()
@@ -304,17 +315,35 @@ class AgentService(object):
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
 
+    def _enter(self, model):
+        """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
+        with self._lock:
+            if model.pending >= self.max_queue:
+                busy = AgentError(
+                    503,
+                    "model %r already has %d requests running or waiting (the agent's --max-queue); retry shortly"
+                    % (model.name, model.pending),
+                )
+                busy.headers = {"Retry-After": "1"}
+                raise busy
+            model.pending += 1
+
     def infer(self, name, feeds, t_arrive, pre_ms=None):
         """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
         model = None
         try:
             model = self._get_loaded(name)
             model.runner.check_feeds(feeds)
-            with model.lock:
-                t0 = time.perf_counter()
-                outputs = model.runner.run(feeds)
-                t1 = time.perf_counter()
-                model.requests += 1
+            self._enter(model)
+            try:
+                with model.lock:
+                    t0 = time.perf_counter()
+                    outputs = model.runner.run(feeds)
+                    t1 = time.perf_counter()
+                    model.requests += 1
+            finally:
+                with self._lock:
+                    model.pending -= 1
         except Exception as e:
             status = getattr(e, "status", 500)
             self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
