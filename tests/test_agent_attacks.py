@@ -308,3 +308,22 @@ def test_bench_children_end_with_the_agent(agent, tiny_bundle):
         time.sleep(0.1)
     assert not _bench_children(agent.root), "a benchmark outlived the agent"
     t.join(30)
+
+
+def test_child_processes_are_bounded_in_memory_and_time(monkeypatch, tmp_path):
+    """The mechanism the agent runs its benchmark and verification children under, on real processes."""
+    from edgekit_agent import childproc
+
+    monkeypatch.setenv("EDGEKIT_AGENT_CHILD_MEMORY_MB", "400")
+    code, _, err = childproc.run_bounded([sys.executable, "-c", "x = bytearray(2 << 30)"], timeout=60)
+    assert code != 0 and b"MemoryError" in err  # refused at the bound, not grown into the OOM killer
+    marker = tmp_path / "grandchild-ran"
+    grandchild = tmp_path / "grandchild.py"
+    grandchild.write_text(f"import time\ntime.sleep(3)\nopen({str(marker)!r}, 'w')\n")
+    spawn = f"import subprocess, sys, time; subprocess.Popen([sys.executable, {str(grandchild)!r}]); time.sleep(60)"
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        childproc.run_bounded([sys.executable, "-c", spawn], timeout=1)
+    assert time.monotonic() - t0 < 10
+    time.sleep(4)
+    assert not marker.exists()  # the child's own children went with it (its process group was killed)
