@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import AgentError
 from .store import StoreError
 
 
-def self_command():
+def self_command() -> List[str]:
     """How to start this agent again in a child process (zipapp or installed package)."""
     here = os.path.abspath(__file__)
     marker = ".pyz" + os.sep
@@ -30,7 +31,7 @@ _children = set()  # type: set
 _children_lock = threading.Lock()
 
 
-def memory_limit_bytes():
+def memory_limit_bytes() -> Optional[int]:
     """The address-space bound of a child: ``EDGEKIT_AGENT_CHILD_MEMORY_MB``, else 3/4 of RAM (None: unknown)."""
     env = os.environ.get("EDGEKIT_AGENT_CHILD_MEMORY_MB")
     if env:
@@ -73,7 +74,7 @@ def _kill_group(proc):
         pass
 
 
-def run_bounded(cmd, timeout):
+def run_bounded(cmd: List[str], timeout: float) -> Tuple[int, bytes, bytes]:
     """Run ``cmd`` as a bounded child; ``(returncode, stdout, stderr)``; TimeoutExpired after ``timeout``."""
     proc = subprocess.Popen(
         cmd,
@@ -98,7 +99,7 @@ def run_bounded(cmd, timeout):
     return proc.returncode, out, err
 
 
-def end_all():
+def end_all() -> None:
     """Kill every child the agent started that is still running (the agent is stopping)."""
     with _children_lock:
         procs = list(_children)
@@ -106,7 +107,15 @@ def end_all():
         _kill_group(proc)
 
 
-def one_shot_bench(bundle_dir, runs, warmup, threads=None, providers=None, timeout=600.0, placement=True):
+def one_shot_bench(
+    bundle_dir: str,
+    runs: int,
+    warmup: int,
+    threads: Optional[int] = None,
+    providers: Optional[List[str]] = None,
+    timeout: float = 600.0,
+    placement: bool = True,
+) -> Dict[str, Any]:
     """Run ``bench`` in a fresh process on this device (clean peak RSS, real cold start)."""
     cmd = self_command() + ["bench", "--bundle", bundle_dir, "--json", "--runs", str(runs), "--warmup", str(warmup)]
     if threads:
@@ -132,7 +141,7 @@ def one_shot_bench(bundle_dir, runs, warmup, threads=None, providers=None, timeo
         raise AgentError(500, "the benchmark printed no report")
 
 
-def verify_loads(staging, manifest):
+def verify_loads(staging: str, manifest: Dict[str, Any]) -> None:
     """Load the staged bundle and run its sample once, in a fresh process, before it may serve."""
     try:
         report = one_shot_bench(staging, 1, 0, placement=False, timeout=300)

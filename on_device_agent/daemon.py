@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
 from . import __version__
 
@@ -105,7 +106,7 @@ def own_zip_sha256():
     return None
 
 
-def with_token(state, root):
+def with_token(state: Dict[str, Any], root: str) -> Dict[str, Any]:
     """The state as ``start``/``status`` print it: with the agent's token when this user can read it.
 
     The token is never written to ``state.json``; it lives in ``ROOT/agent/token`` (mode 600).

@@ -1,11 +1,12 @@
 """The device's state around a request: load, free memory, temperature (read, never changed)."""
 
 import os
+from typing import Dict, Optional
 
 
-def device_context():
+def device_context() -> Dict[str, Optional[float]]:
     """Load, free memory and the hottest thermal zone, where this system exposes them."""
-    ctx = {"load1": None, "mem_available_mb": None, "temp_c": None}
+    ctx = {"load1": None, "mem_available_mb": None, "temp_c": None}  # type: Dict[str, Optional[float]]
     try:
         ctx["load1"] = os.getloadavg()[0]
     except (OSError, AttributeError):

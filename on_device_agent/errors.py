@@ -2,6 +2,6 @@
 
 
 class AgentError(Exception):
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         Exception.__init__(self, message)
         self.status = status

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from http import HTTPStatus
+from typing import Any, Callable, Dict, Optional
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,7 +36,7 @@ HTTPError = AgentError  # routes raise HTTPError(status, message)
 ROUTES = []  # type: list
 
 
-def route(method, pattern, serving=False):
+def route(method: str, pattern: str, serving: bool = False) -> Callable[[Callable], Callable]:
     """Register ``fn(handler, *groups)``; ``serving``: an app's request (infer) that, like every GET, needs no
     token on a loopback agent. Everything else that changes state needs the token on loopback too."""
 
@@ -50,7 +51,7 @@ def route(method, pattern, serving=False):
 class Headers(dict):
     """Request headers, keys lower-cased; ``get`` is case-insensitive."""
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         return dict.get(self, key.lower(), default)
 
 
@@ -63,6 +64,7 @@ class Handler(BaseHTTPRequestHandler):
     # a request's head has its own, shorter bound (AgentServer.header_timeout).
     timeout = 60
     server_version = "edgekit-agent/" + __version__
+    server = None  # type: Any  # the AgentServer (set per connection by socketserver)
 
     def log_message(self, fmt, *args):  # quiet by default; errors go to the log below
         if os.environ.get("EDGEKIT_AGENT_ACCESS_LOG"):
@@ -72,7 +74,7 @@ class Handler(BaseHTTPRequestHandler):
     def service(self):
         return self.server.service
 
-    def handle_one_request(self):
+    def handle_one_request(self) -> None:
         """One request; until its head has arrived the connection counts as waiting (see AgentServer)."""
         self.server.waiting(self.connection, True)
         try:
@@ -81,7 +83,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if len(self.raw_requestline) > MAX_REQUEST_LINE:
-                self.requestline, self.request_version, self.command = "", "HTTP/1.0", None
+                self.requestline, self.request_version, self.command = "", "HTTP/1.0", ""
                 self._refuse_head(414, "Request line longer than %d bytes" % MAX_REQUEST_LINE)
                 return
             if not self.parse_request():
@@ -116,12 +118,12 @@ class Handler(BaseHTTPRequestHandler):
             pass
         self.close_connection = True
 
-    def parse_request(self):
+    def parse_request(self) -> bool:
         """HTTP/1.x request line and headers, without the ``email`` package http.server uses.
 
         That parser costs more than a small model's inference; this one is a plain loop.
         """
-        self.command = None
+        self.command = ""
         self.request_version = "HTTP/1.0"
         self.close_connection = True
         line = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
@@ -149,7 +151,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._refuse_head(431, "More than %d headers" % MAX_HEADERS)
             return False
-        self.headers = headers
+        self.headers = headers  # type: ignore[assignment]
         connection = headers.get("Connection", "").lower()
         self.close_connection = connection == "close" or (
             self.request_version == "HTTP/1.0" and connection != "keep-alive"
@@ -160,7 +162,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
 
-    def send(self, status, body, content_type="application/json", headers=None):
+    def send(
+        self, status: int, body: Any, content_type: str = "application/json", headers: Optional[Dict[str, str]] = None
+    ) -> None:
         """One write per response: status line, headers and body together."""
         if not isinstance(body, bytes):
             body = dumps(body).encode("utf-8")
@@ -180,7 +184,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         self.wfile.write(head.encode("latin-1") + body)
 
-    def length(self):
+    def length(self) -> int:
         raw = self.headers.get("Content-Length")
         if raw is None:
             if self.command in ("POST", "PUT"):
@@ -194,7 +198,7 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(400, "bad Content-Length")
         return n
 
-    def body(self):
+    def body(self) -> bytes:
         n = self.length()
         if n > MAX_JSON_BODY:
             raise HTTPError(413, "body of %d bytes is larger than %d" % (n, MAX_JSON_BODY))
@@ -202,7 +206,7 @@ class Handler(BaseHTTPRequestHandler):
         self.consumed = True
         return data
 
-    def json_body(self):
+    def json_body(self) -> Dict[str, Any]:
         data = self.body()
         if not data:
             return {}
@@ -219,7 +223,7 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(400, "request body must be a JSON object")
         return obj
 
-    def query_int(self, key, default=0):
+    def query_int(self, key: str, default: int = 0) -> int:
         query = self.path.split("?", 1)[1] if "?" in self.path else ""
         for pair in query.split("&"):
             k, _, v = pair.partition("=")
@@ -309,7 +313,7 @@ def _finite(obj):
     return obj
 
 
-def dumps(obj):
+def dumps(obj: Any) -> str:
     """Standard JSON: a NaN or infinity becomes null (JSON has no such numbers)."""
     try:
         return json.dumps(obj, allow_nan=False)
@@ -334,17 +338,18 @@ class AgentServer(ThreadingHTTPServer):
     loopback = True
     open_reads = True
     host = "127.0.0.1"
+    service = None  # type: Any  # the AgentService (set by make_server)
 
     def __init__(self, address, handler):
         self._conn_lock = threading.Lock()
         self._conns = {}  # socket -> monotonic time it started waiting, or None while busy
         ThreadingHTTPServer.__init__(self, address, handler)
 
-    def connections(self):
+    def connections(self) -> int:
         with self._conn_lock:
             return len(self._conns)
 
-    def waiting(self, sock, flag):
+    def waiting(self, sock: socket.socket, flag: bool) -> None:
         with self._conn_lock:
             if sock in self._conns:
                 self._conns[sock] = time.monotonic() if flag else None
@@ -356,7 +361,7 @@ class AgentServer(ThreadingHTTPServer):
         except OSError:
             pass
 
-    def process_request(self, request, client_address):
+    def process_request(self, request: Any, client_address: Any) -> None:
         with self._conn_lock:
             if len(self._conns) >= self.max_connections:
                 waiting = [(t, s) for s, t in self._conns.items() if t is not None]
@@ -385,14 +390,14 @@ class AgentServer(ThreadingHTTPServer):
             return
         ThreadingHTTPServer.process_request(self, request, client_address)
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             ThreadingHTTPServer.process_request_thread(self, request, client_address)
         finally:
             with self._conn_lock:
                 self._conns.pop(request, None)
 
-    def service_actions(self):
+    def service_actions(self) -> None:
         """Called between accepts: close connections whose request head is overdue."""
         now = time.monotonic()
         with self._conn_lock:

@@ -9,6 +9,7 @@ to the service (``service.py``); the HTTP plumbing is in ``httpd.py``.
 
 import os
 import time
+from typing import Any, Optional
 
 from .bench import device_info
 from .childproc import self_command  # noqa: F401  (re-exported: how to start this agent again)
@@ -229,7 +230,7 @@ def telemetry_annotate(h):
     return {"request_id": rid, "queued": True}
 
 
-def ensure_token(root):
+def ensure_token(root: str) -> str:
     """The agent's token file, ``ROOT/agent/token``, created (readable by this user only) if missing."""
     import secrets
 
@@ -252,11 +253,19 @@ def ensure_token(root):
     return token
 
 
-def token_path(root):
+def token_path(root: str) -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "token")
 
 
-def make_server(root, host="127.0.0.1", port=0, token=None, max_connections=256, header_timeout=10.0, **agent_options):
+def make_server(
+    root: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: Optional[str] = None,
+    max_connections: int = 256,
+    header_timeout: float = 10.0,
+    **agent_options: Any,
+) -> AgentServer:
     """The agent's server. Without ``token`` (loopback only) it makes one, ``ROOT/agent/token``: reads and
     inference stay open to local apps, and every request that changes state must carry it."""
     loopback = host in LOOPBACK

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import API_VERSION, __version__, runners
 from . import childproc as children
@@ -27,7 +28,7 @@ MAX_RUNS = 100000
 MAX_TIMEOUT_S = 3600.0
 
 
-def max_threads():
+def max_threads() -> int:
     return max(4, 4 * (os.cpu_count() or 1))
 
 
@@ -48,7 +49,9 @@ def _int(knob, value, low, high, default=None):
     return n
 
 
-def check_knobs(threads=None, providers=None, warmup=None, runs=None, timeout_s=None):
+def check_knobs(
+    threads: Any = None, providers: Any = None, warmup: Any = None, runs: Any = None, timeout_s: Any = None
+) -> Tuple[Optional[int], Optional[List[str]], Optional[int], Optional[int], Optional[float]]:
     """Validate request knobs; returns them normalised. Every bound is documented in openapi.json."""
     import math
 
@@ -134,10 +137,10 @@ class AgentService(object):
         except OSError:
             pass
 
-    def loaded_count(self):
+    def loaded_count(self) -> int:
         return len(self._loaded)
 
-    def restore(self):
+    def restore(self) -> None:
         """Load again what was loaded before a restart or reboot (in the background)."""
         try:
             with open(self._loaded_file) as f:
@@ -150,14 +153,14 @@ class AgentService(object):
             except Exception as e:  # a model that no longer loads must not stop the agent
                 sys.stderr.write("could not load %s again after restart: %s\n" % (name, e))
 
-    def close(self):
+    def close(self) -> None:
         """Stop what the agent started: child processes first, then the telemetry writer."""
         children.end_all()
         if self.recorder:
             self.recorder.close()
 
     # -- queries --------------------------------------------------------------
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         return {
             "status": "ok",
             "agent_version": __version__,
@@ -175,7 +178,7 @@ class AgentService(object):
             else {"ok": False, "error": "disabled (--no-telemetry)"},
         }
 
-    def models(self):
+    def models(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
         """``(models, unreadable)``: a model whose files cannot be read is reported, not fatal to the list."""
         out, unreadable = [], []
         for name in self.store.names():
@@ -200,11 +203,11 @@ class AgentService(object):
             )
         return out, unreadable
 
-    def metrics_text(self):
+    def metrics_text(self) -> str:
         return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
 
     # -- loading --------------------------------------------------------------
-    def load(self, name, threads=None, providers=None, warmup=None):
+    def load(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> LoadedModel:
         """Load the current version and warm it up, so the first real request pays no cold start."""
         threads, providers, warmup, _, _ = check_knobs(threads, providers, warmup)
         with self._load_lock(name):
@@ -241,7 +244,7 @@ class AgentService(object):
             self.recorder.event("load", name, version, {"load_ms": runner.load_ms, "warmup_runs": warmup})
         return model
 
-    def load_info(self, name, threads=None, providers=None, warmup=None):
+    def load_info(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> Dict[str, Any]:
         model = self.load(name, threads=threads, providers=providers, warmup=warmup)
         info = model.runner.describe()
         info.update(
@@ -249,7 +252,7 @@ class AgentService(object):
         )
         return info
 
-    def unload(self, name):
+    def unload(self, name: str) -> Dict[str, Any]:
         check_name("model name", name)
         with self._lock:
             model = self._loaded.pop(name, None)
@@ -258,7 +261,7 @@ class AgentService(object):
         model.runner.close()
         return {"name": name, "unloaded": True}
 
-    def remove(self, name):
+    def remove(self, name: str) -> Dict[str, Any]:
         with self._load_lock(name):
             with self._lock:
                 model = self._loaded.pop(name, None)
@@ -310,7 +313,7 @@ class AgentService(object):
         except StoreError:
             return False
 
-    def reject(self, name, error):
+    def reject(self, name: str, error: Exception) -> None:
         """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
@@ -328,7 +331,9 @@ class AgentService(object):
                 raise busy
             model.pending += 1
 
-    def infer(self, name, feeds, t_arrive, pre_ms=None):
+    def infer(
+        self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
+    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
         model = None
         try:
@@ -360,7 +365,15 @@ class AgentService(object):
         }
         return outputs, meta
 
-    def bench(self, name, runs=100, warmup=0, threads=None, providers=None, timeout=600.0):
+    def bench(
+        self,
+        name: str,
+        runs: Any = 100,
+        warmup: Any = 0,
+        threads: Any = None,
+        providers: Any = None,
+        timeout: Any = 600.0,
+    ) -> Dict[str, Any]:
         threads, providers, warmup, runs, timeout = check_knobs(threads, providers, warmup, runs, timeout)
         runs, warmup, timeout = 100 if runs is None else runs, warmup or 0, 600.0 if timeout is None else timeout
         version, bundle_dir, manifest = self.store.current(check_name("model name", name))
@@ -373,19 +386,21 @@ class AgentService(object):
         return report
 
     # -- installing -----------------------------------------------------------
-    def begin_upload(self, name, version, manifest):
+    def begin_upload(self, name: str, version: str, manifest: Any) -> Dict[str, Any]:
         return self.store.begin(name, version, manifest)
 
-    def receive(self, name, version, filename, stream, length, offset=0):
+    def receive(
+        self, name: str, version: str, filename: str, stream: Any, length: int, offset: int = 0
+    ) -> Dict[str, Any]:
         return self.store.receive(name, version, filename, stream, length, offset)
 
-    def commit(self, name, version, verify=False):
+    def commit(self, name: str, version: str, verify: bool = False) -> Dict[str, Any]:
         result = self.store.commit(name, version, verify=verify_loads if verify else None)
         if self.recorder:
             self.recorder.event("install", name, version, {"previous": result["previous"]})
         return result
 
-    def rollback(self, name, version=None):
+    def rollback(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         check_name("model name", name)
         if version is not None:
             check_name("version", version)

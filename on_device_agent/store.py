@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import threading
+from typing import Any, Dict
 
 from .storefiles import (  # noqa: F401  (re-exported: the store's API)
     KEEP_VERSIONS,
@@ -72,7 +73,7 @@ class Store(Uploads):
         if not os.path.isfile(p):
             return []
         with open(p) as f:
-            rows = [l.split() for l in f if l.strip()]
+            rows = [line.split() for line in f if line.strip()]
         return [r[0] for r in rows if not (installs_only and len(r) > 1)]
 
     def current_version(self, name):
@@ -110,12 +111,12 @@ class Store(Uploads):
         except (OSError, ValueError, StoreError):
             return False
 
-    def has(self, name):
+    def has(self, name: str) -> bool:
         """The model is installed (checked before a lock or a record is made for the name)."""
         return os.path.islink(os.path.join(self._model_dir(name), "current"))
 
     @staticmethod
-    def verify_files(directory, manifest):
+    def verify_files(directory: str, manifest: Dict[str, Any]) -> None:
         """Every file of an installed version still matches its manifest's size and sha256."""
         for entry in manifest["files"]:
             p = os.path.join(directory, entry["name"])

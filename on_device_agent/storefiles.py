@@ -5,6 +5,7 @@ import hashlib
 import os
 import re
 import stat
+from typing import Any
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 RESERVED = ("manifest.json",)
@@ -22,11 +23,11 @@ class StoreError(Exception):
         self.status = status
 
 
-def disk_full(e):
+def disk_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in DISK_FULL
 
 
-def fsync_dir(path):
+def fsync_dir(path: str) -> None:
     """Make a rename or new entry in ``path`` durable (a power cut must not undo an install)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -40,7 +41,7 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def regular(path):
+def regular(path: str) -> bool:
     """A regular file, not a symlink (the store never follows links it did not make)."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -48,7 +49,7 @@ def regular(path):
         return False
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -56,13 +57,13 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def check_name(kind, value):
+def check_name(kind: str, value: Any) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value) or ".." in value:
         raise StoreError("invalid %s %r: use letters, digits, '.', '_' and '-'" % (kind, value))
     return value
 
 
-def check_manifest(manifest):
+def check_manifest(manifest: Any) -> None:
     """The manifest decides which files the store writes and loads: check every name in it."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list) or not manifest["files"]:
         raise StoreError("manifest must be an object with a non-empty 'files' list")

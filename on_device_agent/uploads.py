@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Callable, Dict, Optional
 
 from .storefiles import (
     CHUNK,
@@ -28,13 +29,13 @@ class Uploads(object):
     """The upload half of :class:`edgekit_agent.store.Store` (a mixin: it uses the store's paths and lock)."""
 
     # -- upload -------------------------------------------------------------
-    def begin(self, name, version, manifest):
+    def begin(self, name: str, version: str, manifest: Any) -> Dict[str, Any]:
         try:
             return self._begin(name, version, manifest)
         except OSError as e:
             if not disk_full(e):
                 raise
-            self._disk_full(name, version, e)
+            raise self._disk_full(name, version, e) from None
 
     def _begin(self, name, version, manifest):
         """Start (or resume) an upload. Returns what the host still has to send.
@@ -142,13 +143,15 @@ class Uploads(object):
         with open(mf) as f:
             return staging, json.load(f)
 
-    def receive(self, name, version, filename, stream, length, offset=0):
+    def receive(
+        self, name: str, version: str, filename: str, stream: Any, length: int, offset: int = 0
+    ) -> Dict[str, Any]:
         try:
             return self._receive(name, version, filename, stream, length, offset)
         except OSError as e:
             if not disk_full(e):
                 raise
-            self._disk_full(name, version, e)
+            raise self._disk_full(name, version, e) from None
 
     def _receive(self, name, version, filename, stream, length, offset=0):
         """Stream ``length`` bytes into staging at ``offset``, verifying size and sha256 against the manifest.
@@ -210,13 +213,13 @@ class Uploads(object):
         fsync_dir(staging)
         return {"file": filename, "verified": True, "resumed_at": offset}
 
-    def commit(self, name, version, verify=None):
+    def commit(self, name: str, version: str, verify: Optional[Callable] = None) -> Dict[str, Any]:
         try:
             return self._commit(name, version, verify)
         except OSError as e:
             if not disk_full(e):
                 raise
-            self._disk_full(name, version, e)
+            raise self._disk_full(name, version, e) from None
 
     def _commit(self, name, version, verify=None):
         """Verify every staged file again, optionally check that the bundle loads (``verify(dir,
@@ -250,11 +253,11 @@ class Uploads(object):
             return {"name": name, "version": version, "previous": previous}
 
     def _disk_full(self, name, version, error):
-        """Answer a full disk: remove this upload's staging and abandoned ones, say what happened."""
+        """Answer a full disk: remove this upload's staging and abandoned ones; the error that says so."""
         staging = os.path.join(self._model_dir(name), "staging", version)
         shutil.rmtree(staging, ignore_errors=True)
         self._remove_stale_staging(keep=None, older_than=0.0 if error.errno == errno.ENOSPC else STALE_STAGING_S)
-        raise StoreError(
+        return StoreError(
             "the device's disk is full (%s) while installing %s %s: the upload was removed and the model keeps "
             "serving its current version; free space on the device (or remove a model), then deploy again"
             % (os.strerror(error.errno), name, version),

@@ -8,6 +8,7 @@ The transport is a minimal HTTP/1.1 client over a socket (request in one ``senda
 import json
 import os
 import socket
+from typing import Optional
 
 from .wire import CONTENT_TYPE, decode_tensors, encode_tensors
 
@@ -16,7 +17,7 @@ DEFAULT_ROOT = "~/.cache/edgekit/device"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def local_token(port, root=None):
+def local_token(port: int, root: Optional[str] = None) -> Optional[str]:
     """The token of the agent serving ``root`` on this machine, if it listens on ``port`` and this user may read
     it (``ROOT/agent/token``); ``root``: argument, else ``$EDGEKIT_AGENT_ROOT``, else the default root."""
     root = os.path.abspath(os.path.expanduser(root or os.environ.get("EDGEKIT_AGENT_ROOT") or DEFAULT_ROOT))
@@ -94,7 +95,7 @@ class AgentClient(object):
         self.bytes_sent = 0  # request bytes written (headers + bodies), for transfer accounting
 
     @classmethod
-    def local(cls, root=None, timeout=60.0):
+    def local(cls, root: Optional[str] = None, timeout: float = 60.0) -> "AgentClient":
         """The agent running on this machine for ``root`` (its port and token from the root's state)."""
         root = os.path.abspath(os.path.expanduser(root or os.environ.get("EDGEKIT_AGENT_ROOT") or DEFAULT_ROOT))
         with open(os.path.join(root, "agent", "state.json")) as f:
