@@ -127,7 +127,7 @@ def one_shot_bench(
     try:
         code, out, err = run_bounded(cmd, timeout)
     except subprocess.TimeoutExpired:
-        raise AgentError(504, "the benchmark did not finish within %.0f s and was stopped" % timeout)
+        raise AgentError(504, "the benchmark did not finish within %.0f s and was stopped" % timeout) from None
     if code != 0:
         lines = err.decode("utf-8", "replace").strip().splitlines()
         if code < 0 and not lines:
@@ -138,7 +138,7 @@ def one_shot_bench(
     try:
         return json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise AgentError(500, "the benchmark printed no report")
+        raise AgentError(500, "the benchmark printed no report") from None
 
 
 def verify_loads(staging: str, manifest: Dict[str, Any]) -> None:
@@ -150,7 +150,7 @@ def verify_loads(staging: str, manifest: Dict[str, Any]) -> None:
             "version %s does not run on this device (%s); it was not installed and the model keeps "
             "serving what it served before" % (manifest.get("id"), e),
             422,
-        )
+        ) from None
     check = report.get("device_fidelity") or {}
     if check.get("passed") is False:
         raise StoreError(

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 except ImportError:  # pragma: no cover - Python < 3.7 is not supported
-    raise SystemExit("edgekit-agent needs Python 3.7 or newer")
+    raise SystemExit("edgekit-agent needs Python 3.7 or newer") from None
 
 from . import __version__, runners
 from .errors import AgentError
@@ -193,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             n = int(raw)
         except ValueError:
-            raise HTTPError(400, "bad Content-Length")
+            raise HTTPError(400, "bad Content-Length") from None
         if n < 0:
             raise HTTPError(400, "bad Content-Length")
         return n
@@ -216,9 +216,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             obj = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except RecursionError:
-            raise HTTPError(400, "request body is JSON nested too deeply")
+            raise HTTPError(400, "request body is JSON nested too deeply") from None
         except (UnicodeDecodeError, ValueError) as e:
-            raise HTTPError(400, "request body is not valid JSON: %s" % e)
+            raise HTTPError(400, "request body is not valid JSON: %s" % e) from None
         if not isinstance(obj, dict):
             raise HTTPError(400, "request body must be a JSON object")
         return obj
@@ -231,7 +231,7 @@ class Handler(BaseHTTPRequestHandler):
                 try:
                     return int(v)
                 except ValueError:
-                    raise HTTPError(400, "query parameter %s must be an integer, got %r" % (key, v))
+                    raise HTTPError(400, "query parameter %s must be an integer, got %r" % (key, v)) from None
         return default
 
     def _check_access(self, fn):

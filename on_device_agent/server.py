@@ -89,9 +89,9 @@ def infer(h, name):
             else:
                 feeds = tensors_from_json(h.json_body().get("inputs"))
         except (WireError, ValueError, TypeError) as e:
-            raise HTTPError(400, str(e))
+            raise HTTPError(400, str(e)) from None
         except RecursionError:
-            raise HTTPError(400, "inputs nested too deeply")
+            raise HTTPError(400, "inputs nested too deeply") from None
     except Exception as e:
         h.service.reject(name, e)
         raise
@@ -114,6 +114,11 @@ def bench(h, name):
         providers=body.get("providers"),
         timeout=body.get("timeout_s", 600.0),
     )
+
+
+@route("PUT", "/v1/models/([^/]+)/split")
+def split(h, name):
+    return h.service.set_split(name, h.json_body().get("versions"))
 
 
 @route("POST", "/v1/models/([^/]+)/rollback")
@@ -190,7 +195,9 @@ def _query(h):
             int(q.get("after_annotation", ["0"])[0]),
         )
     except ValueError:
-        raise HTTPError(400, "after_id, after_event, after_annotation and limit are integers; after_context a number")
+        raise HTTPError(
+            400, "after_id, after_event, after_annotation and limit are integers; after_context a number"
+        ) from None
 
 
 @route("GET", "/v1/telemetry")
@@ -200,7 +207,7 @@ def telemetry_pull(h):
     try:
         out = rec.pull(after_id, after_event, after_context, limit, after_annotation)
     except TelemetryError as e:
-        raise HTTPError(e.status, str(e))
+        raise HTTPError(e.status, str(e)) from None
     out["device"] = device_info()
     return out
 
@@ -220,13 +227,15 @@ def telemetry_annotate(h):
         pre = None if body.get("pre_ms") is None else float(body["pre_ms"])
         post = None if body.get("post_ms") is None else float(body["post_ms"])
     except (KeyError, TypeError, ValueError):
-        raise HTTPError(400, "annotate needs request_id (from the infer response) and pre_ms and/or post_ms numbers")
+        raise HTTPError(
+            400, "annotate needs request_id (from the infer response) and pre_ms and/or post_ms numbers"
+        ) from None
     try:
         _recorder(h).annotate(rid, pre, post)
     except TelemetryError as e:
-        raise HTTPError(e.status, str(e))
+        raise HTTPError(e.status, str(e)) from None
     except ValueError as e:
-        raise HTTPError(400, str(e))
+        raise HTTPError(400, str(e)) from None
     return {"request_id": rid, "queued": True}
 
 

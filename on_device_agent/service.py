@@ -17,65 +17,13 @@ from . import childproc as children
 from .bench import device_info
 from .childproc import one_shot_bench, verify_loads
 from .errors import AgentError
+from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
 from .store import Store, StoreError, check_name
 from .telemetry import Recorder
+from .traffic import TrafficSplit
 
 OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing", 503: "overloaded"}
-MAX_WARMUP = 1000  # inferences on load
-MAX_WARMUP_S = 30.0  # and seconds: a load (which holds the model's load lock) ends in bounded time
-MAX_RUNS = 100000
-MAX_TIMEOUT_S = 3600.0
-
-
-def max_threads() -> int:
-    return max(4, 4 * (os.cpu_count() or 1))
-
-
-def _int(knob, value, low, high, default=None):
-    """A request knob: an integer in [low, high] (None -> default), else 400 saying which and why."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise AgentError(400, "%s must be an integer from %d to %d, got %r" % (knob, low, high, value))
-    try:
-        n = int(value)
-        if float(value) != n:
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise AgentError(400, "%s must be an integer from %d to %d, got %r" % (knob, low, high, str(value)[:50]))
-    if not low <= n <= high:
-        raise AgentError(400, "%s must be from %d to %d, got %d" % (knob, low, high, n))
-    return n
-
-
-def check_knobs(
-    threads: Any = None, providers: Any = None, warmup: Any = None, runs: Any = None, timeout_s: Any = None
-) -> Tuple[Optional[int], Optional[List[str]], Optional[int], Optional[int], Optional[float]]:
-    """Validate request knobs; returns them normalised. Every bound is documented in openapi.json."""
-    import math
-
-    threads = _int("threads", threads, 1, max_threads()) if threads not in (None, 0) else None
-    if providers is not None:
-        if (
-            not isinstance(providers, list)
-            or len(providers) > 16
-            or not all(isinstance(p, str) and 0 < len(p) <= 128 for p in providers)
-        ):
-            raise AgentError(400, "providers must be a list of at most 16 accelerator names (strings)")
-        providers = providers or None
-    warmup = _int("warmup", warmup, 0, MAX_WARMUP)
-    runs = _int("runs", runs, 1, MAX_RUNS)
-    if timeout_s is not None:
-        try:
-            if isinstance(timeout_s, bool):
-                raise ValueError
-            timeout_s = float(timeout_s)
-        except (TypeError, ValueError):
-            raise AgentError(400, "timeout_s must be a number of seconds, got %r" % str(timeout_s)[:50])
-        if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
-            raise AgentError(400, "timeout_s must be a finite number of seconds in (0, %d]" % MAX_TIMEOUT_S)
-    return threads, providers, warmup, runs, timeout_s
 
 
 class LoadedModel(object):
@@ -113,6 +61,7 @@ class AgentService(object):
             Recorder(root, flush_interval=flush_interval, context_interval=context_interval) if telemetry else None
         )
         self._loaded = {}
+        self.traffic = TrafficSplit()
         self._lock = threading.Lock()
         self._load_locks = {}
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
@@ -199,6 +148,7 @@ class AgentService(object):
                     "inputs": manifest.get("inputs"),
                     "outputs": manifest.get("outputs"),
                     "loaded": bool(loaded and loaded.version == version),
+                    "split": self.traffic.get(name),
                 }
             )
         return out, unreadable
@@ -213,8 +163,12 @@ class AgentService(object):
         with self._load_lock(name):
             return self._load(name, threads, providers, warmup)
 
-    def _load(self, name, threads=None, providers=None, warmup=None):
-        version, bundle_dir, manifest = self.store.current(name)
+    def _load(self, name, threads=None, providers=None, warmup=None, version=None):
+        """Load ``name`` (its current version, or ``version`` for a traffic split, which is kept apart)."""
+        if version is None:
+            version, bundle_dir, manifest = self.store.current(name)
+        else:
+            bundle_dir, manifest = self.store.version(name, version)
         self.store.verify_files(bundle_dir, manifest)  # damage since the install is found before it serves
         runner_cls = runners.get(manifest["backend"])
         runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
@@ -232,6 +186,10 @@ class AgentService(object):
         model = LoadedModel(name, version, runner)
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
+        if version != self.store.current_version(name):
+            self.traffic.put(name, version, model)
+            self.metrics.load(name, version)
+            return model
         with self._lock:
             old = self._loaded.get(name)
             self._loaded[name] = model
@@ -270,6 +228,7 @@ class AgentService(object):
                 with model.lock:
                     model.runner.close()
             result = self.store.remove(name)
+            self.traffic.clear(name)
         with self._lock:
             self._load_locks.pop(name, None)
         if self.recorder:
@@ -318,6 +277,30 @@ class AgentService(object):
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
 
+    def _serving(self, name):
+        """The model this request goes to: the current version, or the version a traffic split draws."""
+        version = self.traffic.pick(name)
+        if version is None or version == self.store.current_version(check_name("model name", name)):
+            return self._get_loaded(name)
+        model = self.traffic.model(name, version)
+        if model is None:
+            with self._load_lock(name):
+                model = self.traffic.model(name, version) or self._load(name, version=version)
+        return model
+
+    def set_split(self, name: str, versions: Any) -> Dict[str, Any]:
+        """Serve several kept versions at once, ``{version: weight}``; an empty mapping ends the split."""
+        check_name("model name", name)
+        self.store.current(name)
+        if versions in ({}, None):
+            self.traffic.clear(name)
+            split = None
+        else:
+            split = self.traffic.set(name, versions, self.store.versions(name))
+        if self.recorder:
+            self.recorder.event("split", name, self.store.current_version(name), {"versions": split})
+        return {"name": name, "split": split}
+
     def _enter(self, model):
         """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
         with self._lock:
@@ -337,7 +320,7 @@ class AgentService(object):
         """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
         model = None
         try:
-            model = self._get_loaded(name)
+            model = self._serving(name)
             model.runner.check_feeds(feeds)
             self._enter(model)
             try:
@@ -381,7 +364,7 @@ class AgentService(object):
         try:
             report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
         except AgentError as e:
-            raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e))
+            raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e)) from None
         report["version"] = version
         return report
 

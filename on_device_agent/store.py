@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from .storefiles import (  # noqa: F401  (re-exported: the store's API)
     KEEP_VERSIONS,
@@ -98,7 +98,7 @@ class Store(Uploads):
                 "model %r version %s is damaged on the device (its manifest.json cannot be read: %s); "
                 "deploy it again, or roll back" % (name, version, e),
                 409,
-            )
+            ) from None
         return version, d, manifest
 
     def _intact(self, directory):
@@ -110,6 +110,24 @@ class Store(Uploads):
             return True
         except (OSError, ValueError, StoreError):
             return False
+
+    def version(self, name: str, version: str) -> Tuple[str, Dict[str, Any]]:
+        """``(directory, manifest)`` of a kept version; StoreError 404 if the device does not keep it."""
+        check_name("version", version)
+        d = os.path.join(self._model_dir(name), "versions", version)
+        if not os.path.isdir(d):
+            raise StoreError(
+                "model %r keeps no version %r (kept: %s)" % (name, version, ", ".join(self.versions(name))), 404
+            )
+        try:
+            with open(os.path.join(d, "manifest.json")) as f:
+                manifest = json.load(f)
+            check_manifest(manifest)
+        except (OSError, ValueError, StoreError) as e:
+            raise StoreError(
+                "model %r version %s is damaged on the device (%s); deploy it again" % (name, version, e), 409
+            ) from None
+        return d, manifest
 
     def has(self, name: str) -> bool:
         """The model is installed (checked before a lock or a record is made for the name)."""

@@ -76,3 +76,29 @@ def test_a_full_queue_answers_503_with_retry_after(queued_agent):
     assert seen.get((200, None), 0) > 0 and seen.get((503, "1"), 0) > 0, seen
     metrics = queued_agent.client.metrics()
     assert 'outcome="overloaded"' in metrics
+
+
+def test_two_versions_served_90_10(local_device, tiny_bundle, tiny_model, tiny_calib, tmp_path):
+    """A canary: 10 % of requests to the new version, each version's requests recorded under its own name."""
+    import edgekit
+    from edgekit.deployer import deploy
+
+    first = deploy(tiny_bundle, local_device, bench=False)["installed"]["version"]
+    out = tmp_path / "tiny-int8"
+    edgekit.build(tiny_model, "host", out, precision="int8", calib=tiny_calib, name="tiny")
+    second = deploy(out, local_device, bench=False)["installed"]["version"]
+    c = local_device.client
+    assert c.split("tiny", {first: 90, second: 10})["split"] == {first: 90, second: 10}
+    assert c.models()[0]["split"] == {first: 90, second: 10}
+    x = {"input": np.zeros((1, 3, 16, 16), np.float32)}
+    counts = {first: 0, second: 0}
+    for _ in range(600):
+        counts[c.infer("tiny", x, with_meta=True)[1]["version"]] += 1
+    assert 25 <= counts[second] <= 110, counts  # 10 % of 600 = 60, with room for chance
+    time.sleep(0.5)
+    rows = c.request("GET", "/v1/telemetry?limit=5000")["records"]
+    assert {r[3] for r in rows if r[11] == "ok"} >= {first, second}
+    metrics = c.metrics()
+    assert f'version="{first}"' in metrics and f'version="{second}"' in metrics
+    assert c.split("tiny", {})["split"] is None
+    assert all(c.infer("tiny", x, with_meta=True)[1]["version"] == second for _ in range(20))

@@ -203,6 +203,10 @@ class AgentClient(object):
         """Serve the previous kept version again, or ``version`` if the device keeps it."""
         return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
 
+    def split(self, name, versions):
+        """Serve several kept versions at once: ``{"v1": 90, "v2": 10}`` (``{}`` ends the split)."""
+        return self.request("PUT", "/v1/models/%s/split" % name, {"versions": versions})
+
     def remove(self, name):
         """Unload a model and delete every version the device keeps of it."""
         return self.request("DELETE", "/v1/models/%s" % name)
