@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 
+from . import retention
 from .devicectx import device_context
 
 SCHEMA_VERSION = 1
@@ -301,10 +302,10 @@ class Recorder(object):
                 self._rows_since_size_check += len(rows) + len(notes) + len(events)
                 if now - self._last_prune > 60:
                     self._last_prune = now
-                    self._prune(db, now)
+                    retention.prune(db, now, self.max_age_s, self.max_rows, self.minute_age_s)
                 if self._rows_since_size_check >= 1000:
                     self._rows_since_size_check = 0
-                    self._bound_bytes(db)
+                    retention.bound_bytes(db, self.max_bytes)
                 db.execute("COMMIT")
             except BaseException:
                 try:
@@ -347,35 +348,12 @@ class Recorder(object):
             else:
                 db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
 
-    def _prune(self, db, now):
-        db.execute("DELETE FROM requests WHERE ts < ?", (now - self.max_age_s,))
-        db.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (self.max_rows,))
-        db.execute("DELETE FROM minutes WHERE minute < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM context WHERE ts < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM events WHERE ts < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM annotations WHERE id <= (SELECT MAX(id) FROM annotations) - ?", (self.max_rows,))
-
-    def used_bytes(self, db=None):
-        """Bytes the store's pages hold (free pages, reused by later writes, not counted)."""
-        db = db or self._db
-        page = db.execute("PRAGMA page_size").fetchone()[0]
-        pages = db.execute("PRAGMA page_count").fetchone()[0] - db.execute("PRAGMA freelist_count").fetchone()[0]
-        return page * pages
-
-    def _bound_bytes(self, db):
-        """Over ``max_bytes``: drop the oldest quarter of the raw rows until under it (histograms stay)."""
-        for _ in range(8):
-            if self.used_bytes(db) <= self.max_bytes:
-                return
-            for table in ("requests", "annotations", "events"):
-                db.execute(
-                    "DELETE FROM %s WHERE id <= (SELECT MIN(id) + (MAX(id) - MIN(id)) / 4 FROM %s)" % (table, table)
-                )
-            db.execute("DELETE FROM context WHERE ts <= (SELECT MIN(ts) + (MAX(ts) - MIN(ts)) / 4 FROM context)")
-
     def prune_now(self):
         with self._flush_lock:
-            self._prune(self._db, time.time())
+            retention.prune(self._db, time.time(), self.max_age_s, self.max_rows, self.minute_age_s)
+
+    def used_bytes(self):
+        return retention.used_bytes(self._db)
 
     # -- reading -----------------------------------------------------------------
     def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000, after_annotation=0):

@@ -332,3 +332,19 @@ def test_child_processes_are_bounded_in_memory_and_time(monkeypatch, tmp_path):
     assert time.monotonic() - t0 < 10
     time.sleep(4)
     assert not marker.exists()  # the child's own children went with it (its process group was killed)
+
+
+def test_telemetry_is_bounded_by_bytes(tmp_path):
+    """Rows of the largest size the recorder keeps, far past the byte bound: the store stays near it."""
+    from edgekit_agent.telemetry import Recorder
+
+    rec = Recorder(str(tmp_path), flush_interval=3600, max_bytes=1 << 20)
+    try:
+        for _round in range(40):
+            for _ in range(1000):
+                rec.record("m" * 500, "v" * 500, "ort", "CPU", "1x3" * 200, 0.1, 0.2, "error", "e" * 5000)
+            rec.flush()
+        assert rec.used_bytes() <= 1.5 * (1 << 20)
+        assert rec.pull(limit=10)["records"][0][2] == "m" * 128  # texts cut to their bound
+    finally:
+        rec.close()
