@@ -326,8 +326,8 @@ class AgentServer(ThreadingHTTPServer):
 
     A connection is *waiting* while its request line and headers have not all arrived (a new
     one, or a kept-alive one between requests). Waiting longer than ``header_timeout`` closes it;
-    when ``max_connections`` are open, a new connection closes the longest-waiting one, or, if
-    every connection is busy with a request, is answered 503 at once.
+    when ``max_connections`` are open, a new connection closes the longest-waiting one (of those waiting
+    longer than a short grace), or, if there is none, is answered 503 with Retry-After at once.
     """
 
     daemon_threads = True
@@ -364,7 +364,10 @@ class AgentServer(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._conn_lock:
             if len(self._conns) >= self.max_connections:
-                waiting = [(t, s) for s, t in self._conns.items() if t is not None]
+                # Only a connection that has kept the agent waiting a while is closed for a newcomer: a burst of
+                # real clients (whose heads are on their way) gets 503 + Retry-After rather than a dropped line.
+                grace = time.monotonic() - min(1.0, self.header_timeout / 4.0)
+                waiting = [(t, s) for s, t in self._conns.items() if t is not None and t < grace]
                 if not waiting:
                     busy = True
                 else:
