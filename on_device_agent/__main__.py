@@ -41,6 +41,13 @@ def main(argv=None):
             help="seconds between device context samples (load, memory, temperature)",
         )
         s.add_argument("--warmup-on-load", type=int, default=3, help="inferences run when a model is loaded")
+        s.add_argument("--max-connections", type=int, default=256, help="open connections at most")
+        s.add_argument(
+            "--max-queue", type=int, default=64, help="requests a model takes at once; beyond, 503 with Retry-After"
+        )
+        s.add_argument(
+            "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
+        )
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
     sv.add_argument("serve_args", nargs=argparse.REMAINDER)
     for name in ("stop", "status"):
@@ -89,8 +96,8 @@ def main(argv=None):
             sys.stderr.write("error: %s\n" % e)
             return 2
     if args.cmd == "supervise":
+        from .childproc import self_command
         from .daemon import supervise
-        from .server import self_command
 
         serve_args = list(args.serve_args)
         if not serve_args or serve_args[0] != "serve" or "--root" not in serve_args:
@@ -109,6 +116,9 @@ def main(argv=None):
             warmup_on_load=args.warmup_on_load,
             flush_interval=args.flush_interval,
             context_interval=args.context_interval,
+            max_connections=args.max_connections,
+            header_timeout=args.header_timeout,
+            max_queue=args.max_queue,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -119,9 +129,9 @@ def main(argv=None):
             "port": port,
             "version": __version__,
             "zip_sha256": own_zip_sha256(),
-            "root": server.agent.store.root,
+            "root": server.service.store.root,
             "root_arg": args.root,
-            "auth": bool(server.agent.token),
+            "auth": not server.service.open_reads,
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
         }
@@ -136,7 +146,7 @@ def main(argv=None):
         sys.stderr.flush()
         import threading
 
-        restore = threading.Thread(target=server.agent.restore, name="restore-models")
+        restore = threading.Thread(target=server.service.restore, name="restore-models")
         restore.daemon = True
         restore.start()
         try:
@@ -145,8 +155,7 @@ def main(argv=None):
             pass
         finally:
             server.server_close()
-            if server.agent.recorder:
-                server.agent.recorder.close()
+            server.service.close()
         return 0
     if args.cmd in ("start", "stop", "status"):
         from . import daemon
@@ -159,6 +168,12 @@ def main(argv=None):
                 str(args.context_interval),
                 "--warmup-on-load",
                 str(args.warmup_on_load),
+                "--max-connections",
+                str(args.max_connections),
+                "--header-timeout",
+                str(args.header_timeout),
+                "--max-queue",
+                str(args.max_queue),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:

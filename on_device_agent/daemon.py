@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
 from . import __version__
 
@@ -94,7 +95,7 @@ def _is_agent(state):
 
 def own_zip_sha256():
     """sha256 of the zipapp this agent runs from (None when not run from one)."""
-    from .server import self_command
+    from .childproc import self_command
 
     cmd = self_command()
     if len(cmd) == 2 and cmd[1].endswith(".pyz"):
@@ -105,11 +106,24 @@ def own_zip_sha256():
     return None
 
 
+def with_token(state: Dict[str, Any], root: str) -> Dict[str, Any]:
+    """The state as ``start``/``status`` print it: with the agent's token when this user can read it.
+
+    The token is never written to ``state.json``; it lives in ``ROOT/agent/token`` (mode 600).
+    """
+    try:
+        with open(os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "token")) as f:
+            state["token"] = f.read().strip() or None
+    except OSError:
+        pass
+    return state
+
+
 def status(root):
     state = read_state(root)
     if state and _is_agent(state) and _healthy(state):
         state["running"] = True
-        return state
+        return with_token(state, root)
     return {"running": False, "root": os.path.abspath(os.path.expanduser(root))}
 
 
@@ -224,7 +238,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         lingering = read_state(root)
         if lingering and _is_supervisor(lingering.get("supervisor_pid")):
             stop(root)  # a supervisor waiting to restart a crashed server: one agent per root
-    from .server import self_command
+    from .childproc import self_command
 
     serve = ["serve", "--root", root, "--host", host, "--port", str(port)]
     if token_file:
@@ -245,7 +259,7 @@ def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(
         if state and state != old and state.get("supervisor_pid") == proc.pid and _healthy(state):
             state["started"] = True
             state["running"] = True
-            return state
+            return with_token(state, root)
         if proc.poll() is not None:
             break
         time.sleep(0.05)

@@ -23,6 +23,9 @@ import threading
 import time
 import uuid
 
+from . import retention
+from .devicectx import device_context
+
 SCHEMA_VERSION = 1
 COLUMNS = (
     "id",
@@ -62,6 +65,12 @@ CREATE TABLE IF NOT EXISTS annotations(id INTEGER PRIMARY KEY, request_id INTEGE
 ANNOTATION_COLUMNS = ("id", "request_id", "pre_ms", "post_ms")
 MAX_QUEUE = 200000  # records waiting for the writer; beyond this they are counted as dropped
 MAX_ID = 2**63 - 1
+MAX_BYTES = 64 << 20  # the store's size bound: beyond it the oldest raw rows go first
+MAX_TEXT = {"model": 128, "version": 128, "backend": 64, "accelerator": 128, "shape": 256, "error": 300}
+
+
+def _cut(text, kind):
+    return text[: MAX_TEXT[kind]] if isinstance(text, str) else text
 
 
 class TelemetryError(Exception):
@@ -78,46 +87,23 @@ def bucket_upper_ms(index):
     return BUCKET_BASE_MS * 2 ** (index / float(BUCKETS_PER_DOUBLING))
 
 
-def device_context():
-    """Load, free memory and the hottest thermal zone, where this system exposes them."""
-    ctx = {"load1": None, "mem_available_mb": None, "temp_c": None}
-    try:
-        ctx["load1"] = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    ctx["mem_available_mb"] = int(line.split()[1]) / 1024.0
-                    break
-    except OSError:
-        pass
-    temps = []
-    base = "/sys/class/thermal"
-    try:
-        zones = [z for z in os.listdir(base) if z.startswith("thermal_zone")]
-    except OSError:
-        zones = []
-    for z in zones:
-        try:
-            with open(os.path.join(base, z, "temp")) as f:
-                temps.append(int(f.read().strip()) / 1000.0)
-        except (OSError, ValueError):
-            pass
-    if temps:
-        ctx["temp_c"] = max(temps)
-    return ctx
-
-
 class Recorder(object):
     def __init__(
-        self, root, flush_interval=0.2, max_rows=1000000, max_age_days=30.0, minute_days=90.0, context_interval=30.0
+        self,
+        root,
+        flush_interval=0.2,
+        max_rows=1000000,
+        max_age_days=30.0,
+        minute_days=90.0,
+        context_interval=30.0,
+        max_bytes=MAX_BYTES,
     ):
         self.dir = os.path.join(os.path.abspath(os.path.expanduser(root)), "telemetry")
         self.path = os.path.join(self.dir, "records.db")
         self.flush_interval = flush_interval
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self._rows_since_size_check = 0
         self.max_age_s = max_age_days * 86400.0
         self.minute_age_s = minute_days * 86400.0
         self.context_interval = context_interval
@@ -206,6 +192,9 @@ class Recorder(object):
         if self._db is None or self.error or len(self.queue) >= MAX_QUEUE:
             self.dropped += 1
             return None
+        # Every text is bounded, so a row is too (the store is bounded by bytes as well as rows).
+        model, version, backend = _cut(model, "model"), _cut(version, "version"), _cut(backend, "backend")
+        accelerator, shape, error = _cut(accelerator, "accelerator"), _cut(shape, "shape"), _cut(error, "error")
         with self._queue_lock:  # ids reach the queue in order, so a pull never skips a lower id
             rid = next(self._ids)
             self.queue.append(
@@ -310,9 +299,13 @@ class Recorder(object):
                             "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                             ("last_id_" + table, str(max(r[0] for r in batch))),
                         )
+                self._rows_since_size_check += len(rows) + len(notes) + len(events)
                 if now - self._last_prune > 60:
                     self._last_prune = now
-                    self._prune(db, now)
+                    retention.prune(db, now, self.max_age_s, self.max_rows, self.minute_age_s)
+                if self._rows_since_size_check >= 1000:
+                    self._rows_since_size_check = 0
+                    retention.bound_bytes(db, self.max_bytes)
                 db.execute("COMMIT")
             except BaseException:
                 try:
@@ -355,17 +348,12 @@ class Recorder(object):
             else:
                 db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
 
-    def _prune(self, db, now):
-        db.execute("DELETE FROM requests WHERE ts < ?", (now - self.max_age_s,))
-        db.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (self.max_rows,))
-        db.execute("DELETE FROM minutes WHERE minute < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM context WHERE ts < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM events WHERE ts < ?", (now - self.minute_age_s,))
-        db.execute("DELETE FROM annotations WHERE id <= (SELECT MAX(id) FROM annotations) - ?", (self.max_rows,))
-
     def prune_now(self):
         with self._flush_lock:
-            self._prune(self._db, time.time())
+            retention.prune(self._db, time.time(), self.max_age_s, self.max_rows, self.minute_age_s)
+
+    def used_bytes(self):
+        return retention.used_bytes(self._db)
 
     # -- reading -----------------------------------------------------------------
     def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000, after_annotation=0):

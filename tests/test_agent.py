@@ -39,8 +39,11 @@ def deployed(local_device, tiny_bundle):
 
 
 def raw(dev, method, path, body=b"", headers=None):
+    """One request as a well-behaved client sends it (the agent's token, JSON typed as JSON), unless overridden."""
     conn = http.client.HTTPConnection("127.0.0.1", dev.client.port, timeout=30)
-    h = {"Content-Length": str(len(body))}
+    h = {"Content-Length": str(len(body)), "Authorization": "Bearer " + dev.client.token}
+    if body.startswith(b"{"):
+        h["Content-Type"] = "application/json"
     h.update(headers or {})
     conn.request(method, path, body=body, headers=h)
     r = conn.getresponse()
@@ -250,7 +253,7 @@ def test_agent_runs_on_oldest_and_newest_python(tmp_path, tiny_bundle, version):
     assert p.returncode == 0, p.stderr
     state = json.loads(p.stdout)
     try:
-        c = AgentClient("127.0.0.1", state["port"])
+        c = AgentClient("127.0.0.1", state["port"], token=state["token"])
         h = c.health()
         assert h["device"]["python"].startswith(version + ".") and h["runtimes"]["ort"] is None
         manifest = json.loads((tiny_bundle / "manifest.json").read_text())

@@ -46,11 +46,12 @@ def test_unchanged_redeploy_sends_under_1kb_and_shared_files_are_not_sent(local_
     assert second["transfer"]["payload_bytes"] == new_bytes
 
 
-def _cut_upload(port, name, version, fname, data, keep):
+def _cut_upload(port, name, version, fname, data, keep, token):
     """Send ``keep`` bytes of a file upload, then drop the connection (a cable pulled mid-transfer)."""
     s = socket.create_connection(("127.0.0.1", port))
     head = (
-        f"PUT /v1/bundles/{name}/{version}/files/{fname} HTTP/1.1\r\nHost: x\r\n"
+        f"PUT /v1/bundles/{name}/{version}/files/{fname} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\n"
         f"Content-Type: application/octet-stream\r\nContent-Length: {len(data)}\r\n\r\n"
     ).encode()
     s.sendall(head + data[:keep])
@@ -70,7 +71,7 @@ def test_cut_upload_resumes_at_the_byte_it_stopped(local_device, two_builds):
     state = c.begin_upload(m["name"], m["id"], m)
     assert big["name"] in state["missing"]
     keep = len(data) // 2
-    _cut_upload(local_device.state["port"], m["name"], m["id"], big["name"], data, keep)
+    _cut_upload(local_device.state["port"], m["name"], m["id"], big["name"], data, keep, local_device.client.token)
     deadline = time.time() + 10
     while time.time() < deadline:
         partial = c.begin_upload(m["name"], m["id"], m)["partial"]
@@ -208,6 +209,7 @@ def test_a_partial_file_that_is_not_this_files_beginning_is_sent_whole(local_dev
         big["name"],
         junk + b"\x00" * (big["size"] - len(junk)),
         len(junk),
+        c.token,
     )
     result = deploy(int8, local_device, bench=False)["installed"]
     assert result["transfer"]["resumed_bytes"] == 0 and local_device.client.models()[0]["version"] == m["id"]

@@ -97,6 +97,40 @@ def publish_copy(source, target, edit):
     return result
 
 
+def check_manifest(manifest: object, mf: Path) -> None:
+    """The manifest's shape, before anything reads a field of it: what is wrong and what to do."""
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{mf} must hold a JSON object, not {type(manifest).__name__}; rebuild the bundle")
+    version = manifest.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_SCHEMA_VERSION:
+        raise BundleError(
+            f"{mf} has schema_version {version}, newer than the {MANIFEST_SCHEMA_VERSION} this edgekit reads: "
+            "the bundle was made by a newer edgekit; upgrade edgekit (pip install -U edgekit)"
+        )
+    if version != MANIFEST_SCHEMA_VERSION:
+        raise BundleError(
+            f"{mf} has schema_version {version!r}; this edgekit reads {MANIFEST_SCHEMA_VERSION}: rebuild the bundle"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, list) or not files:
+        raise BundleError(f"{mf} has no 'files' list (the files the bundle ships); rebuild the bundle")
+    for f in files:
+        if not (isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("size"), int)):
+            raise BundleError(f"{mf}: every 'files' entry needs a name, a size and a sha256; rebuild the bundle")
+        if (
+            not isinstance(f.get("sha256"), str)
+            or f["name"] in ("", ".", "..")
+            or "/" in f["name"]
+            or "\\" in f["name"]
+        ):
+            raise BundleError(
+                f"{mf}: file entry {f['name']!r} has no sha256 or is not a plain file name; rebuild the bundle"
+            )
+    for key in ("id", "backend", "model"):
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise BundleError(f"{mf} has no {key!r}; rebuild the bundle")
+
+
 def load(path):
     """Read and verify a bundle: every manifest file present with its size and sha256."""
     path = Path(path)
@@ -115,10 +149,7 @@ def load(path):
         manifest = json.loads(mf.read_text())
     except ValueError as e:
         raise BundleError(f"{mf} is not valid JSON ({e}); rebuild the bundle") from None
-    if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
-        raise BundleError(
-            f"{mf} has schema_version {manifest.get('schema_version')!r}; this edgekit reads {MANIFEST_SCHEMA_VERSION}: rebuild the bundle"
-        )
+    check_manifest(manifest, mf)
     for f in manifest["files"]:
         fp = path / f["name"]
         if not fp.is_file():

@@ -158,7 +158,7 @@ class Device:
 
         if self.client is not None:
             self.client.close()
-        self.client = AgentClient("127.0.0.1", port, timeout=120)
+        self.client = AgentClient("127.0.0.1", port, token=self.state.pop("token", None) or "", timeout=120)
         health = self.call("checking the agent", self.client.health)
         self.state["health"] = health
         return self.state

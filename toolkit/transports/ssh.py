@@ -76,6 +76,27 @@ def _pump(client, chan):
         client.close()
 
 
+def _AppendNewHostKey(path: str):  # noqa: N802  (a policy class, built once paramiko is imported)
+    """accept-new: trust a host key seen for the first time and append one line for it to ``path``.
+
+    The file is only ever appended to: other hosts' keys, hashed entries and comments stay as they are.
+    """
+    import paramiko
+
+    class AppendNewHostKey(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            line = paramiko.hostkeys.HostKeyEntry([hostname], key).to_line()
+            try:
+                os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+                with open(path, "a") as f:
+                    f.write(line)
+            except OSError:
+                pass  # the key is trusted for this connection; it is asked about again next time
+
+    return AppendNewHostKey()
+
+
 class SSHTransport(Transport):
     name = "ssh"
     url_form = "ssh://USER@HOST[:PORT]"
@@ -146,7 +167,11 @@ class SSHTransport(Transport):
         strict = str(cfg.get("stricthostkeychecking", "yes")).lower()
         # accept-new: trust a host seen for the first time and remember it; a changed key is still refused.
         accept_new = strict in ("no", "off", "accept-new")
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
+        if strict == "accept-new":
+            save_to = (config_known or [os.path.expanduser("~/.ssh/known_hosts")])[0]
+            client.set_missing_host_key_policy(_AppendNewHostKey(save_to))
+        else:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
         try:
             client.connect(
                 self.host,
@@ -180,12 +205,6 @@ class SSHTransport(Transport):
             raise TransportError(f"{self.description}: SSH error: {e}") from None
         except OSError as e:
             raise TransportError(f"cannot connect to {self.description}: {e.strerror or e}") from None
-        if accept_new and strict == "accept-new":
-            save_to = (config_known or [os.path.expanduser("~/.ssh/known_hosts")])[0]
-            try:
-                client.save_host_keys(save_to)
-            except OSError:
-                pass
         self.client = client
         self._sftp = None
         self._forwards = []

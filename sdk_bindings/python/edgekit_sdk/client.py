@@ -6,11 +6,29 @@ The transport is a minimal HTTP/1.1 client over a socket (request in one ``senda
 """
 
 import json
+import os
 import socket
+from typing import Optional
 
 from .wire import CONTENT_TYPE, decode_tensors, encode_tensors
 
 _CHUNK = 65536
+DEFAULT_ROOT = "~/.cache/edgekit/device"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def local_token(port: int, root: Optional[str] = None) -> Optional[str]:
+    """The token of the agent serving ``root`` on this machine, if it listens on ``port`` and this user may read
+    it (``ROOT/agent/token``); ``root``: argument, else ``$EDGEKIT_AGENT_ROOT``, else the default root."""
+    root = os.path.abspath(os.path.expanduser(root or os.environ.get("EDGEKIT_AGENT_ROOT") or DEFAULT_ROOT))
+    try:
+        with open(os.path.join(root, "agent", "state.json")) as f:
+            if json.load(f).get("port") != port:
+                return None
+        with open(os.path.join(root, "agent", "token")) as f:
+            return f.read().strip() or None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class AgentHTTPError(Exception):
@@ -66,10 +84,23 @@ class _Connection(object):
 
 
 class AgentClient(object):
-    def __init__(self, host="127.0.0.1", port=8765, token=None, timeout=60.0):
+    """A client of one agent. ``token``: given, else ``$EDGEKIT_AGENT_TOKEN``, else (an agent on this machine)
+    read from the agent's root (``root``, see :func:`local_token`); reads and inference need none on loopback."""
+
+    def __init__(self, host="127.0.0.1", port=8765, token=None, timeout=60.0, root=None):
+        if token is None:
+            token = os.environ.get("EDGEKIT_AGENT_TOKEN") or (local_token(port, root) if host in LOOPBACK else None)
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
         self._conn = None
         self.bytes_sent = 0  # request bytes written (headers + bodies), for transfer accounting
+
+    @classmethod
+    def local(cls, root: Optional[str] = None, timeout: float = 60.0) -> "AgentClient":
+        """The agent running on this machine for ``root`` (its port and token from the root's state)."""
+        root = os.path.abspath(os.path.expanduser(root or os.environ.get("EDGEKIT_AGENT_ROOT") or DEFAULT_ROOT))
+        with open(os.path.join(root, "agent", "state.json")) as f:
+            port = json.load(f)["port"]
+        return cls("127.0.0.1", port, timeout=timeout, root=root)
 
     def close(self):
         if self._conn is not None:
@@ -171,6 +202,10 @@ class AgentClient(object):
     def rollback(self, name, version=None):
         """Serve the previous kept version again, or ``version`` if the device keeps it."""
         return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
+
+    def split(self, name, versions):
+        """Serve several kept versions at once: ``{"v1": 90, "v2": 10}`` (``{}`` ends the split)."""
+        return self.request("PUT", "/v1/models/%s/split" % name, {"versions": versions})
 
     def remove(self, name):
         """Unload a model and delete every version the device keeps of it."""

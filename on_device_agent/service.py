@@ -1,0 +1,396 @@
+"""What the agent does, without HTTP: install, load, serve, roll back, benchmark.
+
+One :class:`AgentService` holds the agent's state (the store, the loaded models, the
+metrics and the telemetry recorder); its locks are private. The HTTP layer
+(``server.py``) parses requests and calls only the public methods here.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import API_VERSION, __version__, runners
+from . import childproc as children
+from .bench import device_info
+from .childproc import one_shot_bench, verify_loads
+from .errors import AgentError
+from .knobs import MAX_WARMUP_S, check_knobs
+from .metrics import Metrics
+from .store import Store, StoreError, check_name
+from .telemetry import Recorder
+from .traffic import TrafficSplit
+
+OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing", 503: "overloaded"}
+
+
+class LoadedModel(object):
+    def __init__(self, name, version, runner):
+        self.name, self.version, self.runner = name, version, runner
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.pending = 0  # requests running or waiting for this model (bounded by the service's max_queue)
+        self.warmup_ms = 0.0
+        self.options = {}
+        self.accelerator = runner.describe().get("accelerator")
+
+
+class AgentService(object):
+    """State shared by all request threads, and the operations on it."""
+
+    def __init__(
+        self,
+        root,
+        token=None,
+        telemetry=True,
+        warmup_on_load=3,
+        flush_interval=0.2,
+        context_interval=30.0,
+        max_queue=64,
+    ):
+        self.store = Store(root)
+        self.max_queue = max_queue
+        self.token = token
+        self.open_reads = False  # reads and inference need no token (a loopback agent that made its own)
+        self.started = time.time()
+        self.warmup_on_load = warmup_on_load
+        self.metrics = Metrics()
+        self.recorder = (
+            Recorder(root, flush_interval=flush_interval, context_interval=context_interval) if telemetry else None
+        )
+        self._loaded = {}
+        self.traffic = TrafficSplit()
+        self._lock = threading.Lock()
+        self._load_locks = {}
+        self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
+
+    # -- state ----------------------------------------------------------------
+    def _load_lock(self, name):
+        """The lock serialising loads of one model; only for a valid name of an installed model."""
+        check_name("model name", name)
+        if not self.store.has(name):
+            self.store.current(name)  # raises the 404 that lists what is installed
+        with self._lock:
+            return self._load_locks.setdefault(name, threading.Lock())
+
+    def _remember(self):
+        """Which models are loaded (with their options), so a restarted agent loads them again."""
+        data = dict((n, m.options) for n, m in self._loaded.items())
+        tmp = self._loaded_file + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, self._loaded_file)
+        except OSError:
+            pass
+
+    def loaded_count(self) -> int:
+        return len(self._loaded)
+
+    def restore(self) -> None:
+        """Load again what was loaded before a restart or reboot (in the background)."""
+        try:
+            with open(self._loaded_file) as f:
+                wanted = json.load(f)
+        except (OSError, ValueError):
+            return
+        for name, options in sorted(wanted.items()):
+            try:
+                self.load(name, **(options or {}))
+            except Exception as e:  # a model that no longer loads must not stop the agent
+                sys.stderr.write("could not load %s again after restart: %s\n" % (name, e))
+
+    def close(self) -> None:
+        """Stop what the agent started: child processes first, then the telemetry writer."""
+        children.end_all()
+        if self.recorder:
+            self.recorder.close()
+
+    # -- queries --------------------------------------------------------------
+    def health(self) -> Dict[str, Any]:
+        return {
+            "status": "ok",
+            "agent_version": __version__,
+            "api": API_VERSION,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started, 3),
+            "root": self.store.root,
+            "auth": bool(self.token) and not self.open_reads,
+            "write_auth": bool(self.token),
+            "device": device_info(),
+            "runtimes": runners.runtimes(),
+            "models": self.store.names(),
+            "telemetry": self.recorder.stats()
+            if self.recorder
+            else {"ok": False, "error": "disabled (--no-telemetry)"},
+        }
+
+    def models(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
+        """``(models, unreadable)``: a model whose files cannot be read is reported, not fatal to the list."""
+        out, unreadable = [], []
+        for name in self.store.names():
+            try:
+                version, _, manifest = self.store.current(name)
+            except (StoreError, OSError) as e:
+                unreadable.append({"name": name, "error": str(e)})
+                continue
+            loaded = self._loaded.get(name)
+            out.append(
+                {
+                    "name": name,
+                    "version": version,
+                    "versions": self.store.versions(name),
+                    "backend": manifest.get("backend"),
+                    "precision": manifest.get("precision"),
+                    "profile": manifest.get("profile"),
+                    "inputs": manifest.get("inputs"),
+                    "outputs": manifest.get("outputs"),
+                    "loaded": bool(loaded and loaded.version == version),
+                    "split": self.traffic.get(name),
+                }
+            )
+        return out, unreadable
+
+    def metrics_text(self) -> str:
+        return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
+
+    # -- loading --------------------------------------------------------------
+    def load(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> LoadedModel:
+        """Load the current version and warm it up, so the first real request pays no cold start."""
+        threads, providers, warmup, _, _ = check_knobs(threads, providers, warmup)
+        with self._load_lock(name):
+            return self._load(name, threads, providers, warmup)
+
+    def _load(self, name, threads=None, providers=None, warmup=None, version=None):
+        """Load ``name`` (its current version, or ``version`` for a traffic split, which is kept apart)."""
+        if version is None:
+            version, bundle_dir, manifest = self.store.current(name)
+        else:
+            bundle_dir, manifest = self.store.version(name, version)
+        self.store.verify_files(bundle_dir, manifest)  # damage since the install is found before it serves
+        runner_cls = runners.get(manifest["backend"])
+        runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
+        runner.load()
+        warmup = self.warmup_on_load if warmup is None else warmup
+        t0 = time.perf_counter()
+        if warmup > 0:
+            from .bench import load_inputs
+
+            feeds, _ = load_inputs(bundle_dir, manifest)
+            for _ in range(warmup):
+                runner.run(feeds)
+                if time.perf_counter() - t0 > MAX_WARMUP_S:
+                    break
+        model = LoadedModel(name, version, runner)
+        model.warmup_ms = (time.perf_counter() - t0) * 1000.0
+        model.options = {"threads": threads, "providers": providers}
+        if version != self.store.current_version(name):
+            self.traffic.put(name, version, model)
+            self.metrics.load(name, version)
+            return model
+        with self._lock:
+            old = self._loaded.get(name)
+            self._loaded[name] = model
+            self._remember()
+        if old is not None:
+            with old.lock:  # a request still running on the old runner finishes first
+                old.runner.close()
+        self.metrics.load(name, version)
+        if self.recorder:
+            self.recorder.event("load", name, version, {"load_ms": runner.load_ms, "warmup_runs": warmup})
+        return model
+
+    def load_info(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> Dict[str, Any]:
+        model = self.load(name, threads=threads, providers=providers, warmup=warmup)
+        info = model.runner.describe()
+        info.update(
+            {"name": name, "version": model.version, "load_ms": model.runner.load_ms, "warmup_ms": model.warmup_ms}
+        )
+        return info
+
+    def unload(self, name: str) -> Dict[str, Any]:
+        check_name("model name", name)
+        with self._lock:
+            model = self._loaded.pop(name, None)
+        if model is None:
+            raise AgentError(404, "model %r is not loaded" % name)
+        model.runner.close()
+        return {"name": name, "unloaded": True}
+
+    def remove(self, name: str) -> Dict[str, Any]:
+        with self._load_lock(name):
+            with self._lock:
+                model = self._loaded.pop(name, None)
+                self._remember()
+            if model is not None:
+                with model.lock:
+                    model.runner.close()
+            result = self.store.remove(name)
+            self.traffic.clear(name)
+        with self._lock:
+            self._load_locks.pop(name, None)
+        if self.recorder:
+            self.recorder.event("remove", name, None, {})
+        return result
+
+    def _get_loaded(self, name):
+        """The loaded model, (re)loaded if it is not loaded or a newer version was installed."""
+        version = self.store.current_version(check_name("model name", name))
+        with self._lock:
+            model = self._loaded.get(name)
+        if model is None or model.version != version:
+            with self._load_lock(name):  # concurrent first requests load it once
+                with self._lock:
+                    model = self._loaded.get(name)
+                if model is None or model.version != self.store.current_version(name):
+                    model = self._load(name)
+        return model
+
+    # -- serving --------------------------------------------------------------
+    def _record(self, name, model, outcome, queue_ms=None, infer_ms=None, shape=None, error=None, pre_ms=None):
+        version = model.version if model else None
+        backend = model.runner.manifest.get("backend") if model else None
+        accelerator = model.accelerator if model else None
+        # Names of models that do not exist come from clients: one label for all of them keeps /metrics and
+        # telemetry bounded (the name asked for is in the error text, cut to its bound).
+        known = model is not None or name in self._loaded or (outcome != "unknown_model" and self._valid(name))
+        label = name if known else "(unknown)"
+        self.metrics.request(label, version, backend, accelerator, outcome, infer_ms, queue_ms)
+        if self.recorder:
+            return self.recorder.record(
+                label, version, backend, accelerator, shape, queue_ms, infer_ms, outcome, error, pre_ms
+            )
+        return None
+
+    @staticmethod
+    def _valid(name):
+        try:
+            check_name("model name", name)
+            return True
+        except StoreError:
+            return False
+
+    def reject(self, name: str, error: Exception) -> None:
+        """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
+        status = getattr(error, "status", 500)
+        self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
+
+    def _serving(self, name):
+        """The model this request goes to: the current version, or the version a traffic split draws."""
+        version = self.traffic.pick(name)
+        if version is None or version == self.store.current_version(check_name("model name", name)):
+            return self._get_loaded(name)
+        model = self.traffic.model(name, version)
+        if model is None:
+            with self._load_lock(name):
+                model = self.traffic.model(name, version) or self._load(name, version=version)
+        return model
+
+    def set_split(self, name: str, versions: Any) -> Dict[str, Any]:
+        """Serve several kept versions at once, ``{version: weight}``; an empty mapping ends the split."""
+        check_name("model name", name)
+        self.store.current(name)
+        if versions in ({}, None):
+            self.traffic.clear(name)
+            split = None
+        else:
+            split = self.traffic.set(name, versions, self.store.versions(name))
+        if self.recorder:
+            self.recorder.event("split", name, self.store.current_version(name), {"versions": split})
+        return {"name": name, "split": split}
+
+    def _enter(self, model):
+        """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
+        with self._lock:
+            if model.pending >= self.max_queue:
+                busy = AgentError(
+                    503,
+                    "model %r already has %d requests running or waiting (the agent's --max-queue); retry shortly"
+                    % (model.name, model.pending),
+                )
+                busy.headers = {"Retry-After": "1"}
+                raise busy
+            model.pending += 1
+
+    def infer(
+        self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
+    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
+        model = None
+        try:
+            model = self._serving(name)
+            model.runner.check_feeds(feeds)
+            self._enter(model)
+            try:
+                with model.lock:
+                    t0 = time.perf_counter()
+                    outputs = model.runner.run(feeds)
+                    t1 = time.perf_counter()
+                    model.requests += 1
+            finally:
+                with self._lock:
+                    model.pending -= 1
+        except Exception as e:
+            status = getattr(e, "status", 500)
+            self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
+            raise
+        infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
+        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
+        rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
+        meta = {
+            "model": name,
+            "version": model.version,
+            "inference_ms": infer_ms,
+            "queue_ms": queue_ms,
+            "request_id": rid,
+        }
+        return outputs, meta
+
+    def bench(
+        self,
+        name: str,
+        runs: Any = 100,
+        warmup: Any = 0,
+        threads: Any = None,
+        providers: Any = None,
+        timeout: Any = 600.0,
+    ) -> Dict[str, Any]:
+        threads, providers, warmup, runs, timeout = check_knobs(threads, providers, warmup, runs, timeout)
+        runs, warmup, timeout = 100 if runs is None else runs, warmup or 0, 600.0 if timeout is None else timeout
+        version, bundle_dir, manifest = self.store.current(check_name("model name", name))
+        self.store.verify_files(bundle_dir, manifest)
+        try:
+            report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
+        except AgentError as e:
+            raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e)) from None
+        report["version"] = version
+        return report
+
+    # -- installing -----------------------------------------------------------
+    def begin_upload(self, name: str, version: str, manifest: Any) -> Dict[str, Any]:
+        return self.store.begin(name, version, manifest)
+
+    def receive(
+        self, name: str, version: str, filename: str, stream: Any, length: int, offset: int = 0
+    ) -> Dict[str, Any]:
+        return self.store.receive(name, version, filename, stream, length, offset)
+
+    def commit(self, name: str, version: str, verify: bool = False) -> Dict[str, Any]:
+        result = self.store.commit(name, version, verify=verify_loads if verify else None)
+        if self.recorder:
+            self.recorder.event("install", name, version, {"previous": result["previous"]})
+        return result
+
+    def rollback(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
+        check_name("model name", name)
+        if version is not None:
+            check_name("version", version)
+        result = self.store.rollback(name, version)
+        was = self._loaded.get(name)
+        if was is not None and not result.get("unchanged"):
+            self.load(name, **was.options)  # serve the version rolled back to, warm, from now on
+        if self.recorder:
+            self.recorder.event("rollback", name, result["version"], {"from": result["previous"]})
+        return result
