@@ -1,17 +1,35 @@
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from harness import PPOCR, PPOCR_SHA256, AgentRoots, e2e
+from harness.isolation import RunDirs
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-PPOCR = EXAMPLES / "ppocr_mobile_v2_cls.onnx"
+_run_dirs = RunDirs()
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(EXAMPLES))
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The run gets its own HOME, XDG directories, TMPDIR and base temporary directory (harness.isolation)."""
+    if getattr(config, "workerinput", None) is None and not hasattr(config, "_edgekit_run_dirs"):
+        _run_dirs.enter()
+        config._edgekit_run_dirs = _run_dirs  # type: ignore[attr-defined]
+        if config.option.basetemp is None:
+            config.option.basetemp = str(_run_dirs.basetemp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    dirs = getattr(config, "_edgekit_run_dirs", None)
+    if dirs is not None:
+        session = getattr(config, "_edgekit_session_status", 1)
+        dirs.leave(remove=session == 0)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._edgekit_session_status = int(exitstatus)  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    e2e.mark(items)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,9 +45,6 @@ def isolated_cache(tmp_path_factory):
         os.environ["EDGEKIT_CACHE_DIR"] = old
 
 
-PPOCR_SHA256 = "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"  # README: Sources and licences
-
-
 @pytest.fixture(scope="session", autouse=True)
 def shipped_model_is_never_written():
     """Builds read their input; nothing in the suite may write over the model the project ships."""
@@ -42,14 +57,14 @@ def shipped_model_is_never_written():
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    from models import tiny_cnn
+    from harness.models import tiny_cnn
 
     return tiny_cnn(tmp_path_factory.mktemp("models") / "tiny_cnn.onnx")
 
 
 @pytest.fixture(scope="session")
 def tiny_calib(tmp_path_factory):
-    from models import tiny_calib
+    from harness.models import tiny_calib
 
     return tiny_calib(tmp_path_factory.mktemp("data") / "tiny_calib.npz")
 
@@ -75,14 +90,13 @@ def tiny_bundle(tmp_path_factory, tiny_model, tiny_calib):
     return out
 
 
-def stop_agent(python, root):
-    """Stop the agent serving ``root`` (whichever zipapp started it: the state file names its pid)."""
-    pyz = Path(root) / "agent" / "edgekit-agent.pyz"
-    if not pyz.exists():
-        from edgekit import agent_package
-
-        pyz, _ = agent_package.build(Path(os.environ["EDGEKIT_CACHE_DIR"]) / "agent")
-    subprocess.run([python, str(pyz), "stop", "--root", str(root)], capture_output=True, timeout=30)
+@pytest.fixture
+def agent_roots(tmp_path):
+    """``agent_roots("dev")`` is a device root under the test's tmp_path (``python=`` names the interpreter that
+    will run the agent there); every agent serving one of them is stopped when the test ends."""
+    roots = AgentRoots(tmp_path)
+    yield roots
+    roots.stop_all()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -112,35 +126,17 @@ def no_agent_outlives_the_suite(tmp_path_factory):
 
 
 @pytest.fixture
-def local_device(tmp_path):
+def local_device(agent_roots):
     from edgekit.deployer import open_device
 
-    root = tmp_path / "device"
-    dev = open_device("local", device_root=str(root))
+    dev = open_device("local", device_root=str(agent_roots("device")))
     yield dev
     dev.close()
-    stop_agent(sys.executable, root)
 
 
 @pytest.fixture(scope="session")
 def sshd():
-    from sshd import ThrowawaySSHD
+    from harness.sshd import ThrowawaySSHD
 
     with ThrowawaySSHD() as server:
         yield server
-
-
-def run_cli(*args, check=None, env=None):
-    """Run the real `edgekit` command in a subprocess."""
-    e = dict(os.environ)
-    e.update(env or {})
-    p = subprocess.run(
-        [sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, env=e, timeout=600
-    )
-    if check is not None:
-        assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    return p
-
-
-def one_json(stdout):
-    return json.loads(stdout)

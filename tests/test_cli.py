@@ -1,21 +1,41 @@
 """The `edgekit` command, run for real in subprocesses."""
 
+import argparse
 import json
-import sys
 
 import pytest
-from conftest import PPOCR, one_json, run_cli, stop_agent
+from harness import PPOCR, one_json, run_cli
 
 from edgekit.cli import parser
 
 
-def test_every_command_has_help():
-    p = parser()
-    sub = next(a for a in p._actions if a.dest == "command")
-    for name, sp in sub.choices.items():
-        assert sp.description or sub._name_parser_map[name].format_help()
-        assert any(c.dest == name for c in sub._choices_actions), f"{name} has no help line"
-        assert run_cli(name, "--help", check=0).stdout.startswith("usage:")
+def _commands(p, path=()):
+    """(path, help line, subparser) of every command and subcommand, depth first."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            lines = {c.dest: c.help for c in action._choices_actions}
+            for name, sp in action.choices.items():
+                yield (*path, name), lines.get(name), sp
+                yield from _commands(sp, (*path, name))
+
+
+def test_every_command_has_help(capsys):
+    commands = list(_commands(parser()))
+    assert {c[0][0] for c in commands} >= {"build", "deploy", "bench", "agent", "profiles", "doctor"}
+    for path, line, _ in commands:
+        assert line and line != argparse.SUPPRESS and len(line.split()) >= 2, (
+            f"`edgekit {' '.join(path)}` has no help line"
+        )
+        parent = " ".join(path[:-1])
+        with pytest.raises(SystemExit) as e:
+            parser().parse_args([*path[:-1], "--help"])
+        assert e.value.code == 0
+        listing = " ".join(capsys.readouterr().out.split())
+        assert f"{path[-1]} {' '.join(line.split())}" in listing, f"`edgekit {parent} --help` does not show {path[-1]}"
+        with pytest.raises(SystemExit) as e:
+            parser().parse_args([*path, "--help"])
+        assert e.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: edgekit {' '.join(path)}"), path
 
 
 def test_profiles_list_and_show():
@@ -83,44 +103,36 @@ def test_fidelity_failure_exit_code(tmp_path, tiny_model, tiny_calib):
     assert not (tmp_path / "o").exists()
 
 
-def test_deploy_local_json_and_table(tiny_bundle, tmp_path):
-    root = tmp_path / "dev"
-    try:
-        p = run_cli(
-            "deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json", check=0
-        )
-        r = one_json(p.stdout)
-        for key in (
-            "backend",
-            "precision",
-            "accelerator",
-            "threads",
-            "runtime_version",
-            "init_ms",
-            "first_inference_ms",
-            "latency_ms",
-            "runs",
-            "peak_rss_mb",
-            "device",
-            "profile",
-        ):
-            assert key in r, key
-        assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
-        text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
-        assert "latency      p50" in text and "CPUExecutionProvider" in text
-        status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
-        assert status["running"] and status["host"] == "127.0.0.1"
-    finally:
-        stop_agent(sys.executable, root)
+def test_deploy_local_json_and_table(agent_roots, tiny_bundle, tmp_path):
+    root = agent_roots("dev")
+    p = run_cli("deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json", check=0)
+    r = one_json(p.stdout)
+    for key in (
+        "backend",
+        "precision",
+        "accelerator",
+        "threads",
+        "runtime_version",
+        "init_ms",
+        "first_inference_ms",
+        "latency_ms",
+        "runs",
+        "peak_rss_mb",
+        "device",
+        "profile",
+    ):
+        assert key in r, key
+    assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
+    text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
+    assert "latency      p50" in text and "CPUExecutionProvider" in text
+    status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
+    assert status["running"] and status["host"] == "127.0.0.1"
 
 
-def test_bench_of_a_bundle_not_deployed(tiny_bundle, tmp_path):
-    root = tmp_path / "empty-dev"
-    try:
-        p = run_cli("bench", tiny_bundle, "--local", "--device-root", root)
-        assert p.returncode == 5 and "run `edgekit deploy" in p.stderr
-    finally:
-        stop_agent(sys.executable, root)
+def test_bench_of_a_bundle_not_deployed(agent_roots, tiny_bundle, tmp_path):
+    root = agent_roots("empty-dev")
+    p = run_cli("bench", tiny_bundle, "--local", "--device-root", root)
+    assert p.returncode == 5 and "run `edgekit deploy" in p.stderr
 
 
 def test_doctor():
@@ -132,19 +144,16 @@ def test_python_m_edgekit_version():
     assert run_cli("--version", check=0).stdout.startswith("edgekit ")
 
 
-def test_reports_match_the_published_schema(tiny_bundle, tmp_path):
+def test_reports_match_the_published_schema(agent_roots, tiny_bundle, tmp_path):
     import jsonschema
 
     from edgekit.report import schema
 
     s = schema()
     jsonschema.validate(json.loads((tiny_bundle / "report.json").read_text()), s)
-    root = tmp_path / "dev"
-    try:
-        r = one_json(run_cli("deploy", tiny_bundle, "--device-root", root, "--runs", 5, "--json", check=0).stdout)
-        jsonschema.validate(r, s)
-    finally:
-        stop_agent(sys.executable, root)
+    root = agent_roots("dev")
+    r = one_json(run_cli("deploy", tiny_bundle, "--device-root", root, "--runs", 5, "--json", check=0).stdout)
+    jsonschema.validate(r, s)
 
 
 def test_output_that_is_a_file(tmp_path, tiny_model):
@@ -190,19 +199,16 @@ def test_bad_ssh_target(tiny_bundle):
     assert p.returncode == 4 and "bad SSH port" in p.stderr
 
 
-def test_bundle_from_a_profile_file_deploys(tmp_path, tiny_model):
+def test_bundle_from_a_profile_file_deploys(agent_roots, tmp_path, tiny_model):
     from edgekit import profiles
 
     text = (profiles.resources.files("edgekit.device_profiles") / "raspberrypi5.toml").read_text()
     board = tmp_path / "myboard.toml"
     board.write_text(text.replace('name = "raspberrypi5"', 'name = "myboard"'))
     run_cli("build", tiny_model, "--profile", board, "--precision", "fp32", "-o", tmp_path / "b", "-q", check=0)
-    root = tmp_path / "dev"
-    try:
-        r = one_json(run_cli("deploy", tmp_path / "b", "--device-root", root, "--runs", 3, "--json", check=0).stdout)
-        assert r["profile"] == "myboard" and any("built for myboard (aarch64)" in w for w in r["warnings"])
-    finally:
-        stop_agent(sys.executable, root)
+    root = agent_roots("dev")
+    r = one_json(run_cli("deploy", tmp_path / "b", "--device-root", root, "--runs", 3, "--json", check=0).stdout)
+    assert r["profile"] == "myboard" and any("built for myboard (aarch64)" in w for w in r["warnings"])
 
 
 def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):
