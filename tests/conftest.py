@@ -5,6 +5,7 @@ from harness import PPOCR, PPOCR_SHA256, AgentRoots, e2e
 from harness.isolation import RunDirs
 
 _run_dirs = RunDirs()
+_process_watch = e2e.ProcessWatch()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -32,7 +33,27 @@ def pytest_collection_modifyitems(items: list) -> None:
     e2e.mark(items)
 
 
+@pytest.fixture(autouse=True)
+@e2e.run_wide
+def fast_tests_start_no_process(request):
+    """A test not marked e2e must not start a process: if one does, it fails here and gets the mark (harness.e2e)."""
+    if request.node.get_closest_marker("e2e"):
+        yield
+        return
+    _process_watch.start()
+    try:
+        yield
+    finally:
+        started = _process_watch.stop()
+    if started:
+        pytest.fail(
+            f"this test is not marked e2e but started {len(started)} process(es), first {started[0]}: "
+            "name what starts them in tests/harness/e2e.py or mark the test @pytest.mark.e2e"
+        )
+
+
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def isolated_cache(tmp_path_factory):
     """Builds and agents of the test run live in a temporary cache, never the user's."""
     d = tmp_path_factory.mktemp("edgekit-cache")
@@ -46,6 +67,7 @@ def isolated_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def shipped_model_is_never_written():
     """Builds read their input; nothing in the suite may write over the model the project ships."""
     from edgekit.model import file_sha256
@@ -100,6 +122,7 @@ def agent_roots(tmp_path):
 
 
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def no_agent_outlives_the_suite(tmp_path_factory):
     """Safety net: kill any agent whose command line points into this run's temporary directories."""
     base = str(tmp_path_factory.getbasetemp())
