@@ -1,6 +1,6 @@
 """Per-request overhead of the agent's local HTTP API.
 
-The tiny 16x16 CNN of tests/models.py (``tiny_cnn``, fp32, host) is deployed to a local
+The tiny 16x16 CNN of tests/harness/models.py (``tiny_cnn``, fp32, host) is deployed to a local
 agent (temp dir) and loaded with 1 thread. Then N (default 500) requests of each kind,
 binary and JSON alternating, each timed on the client around the whole call:
 
@@ -33,7 +33,7 @@ def main(argv=None):
     ap.add_argument("--keep-cache", action="store_true", help="use the real EDGEKIT_CACHE_DIR")
     args = ap.parse_args(argv)
 
-    from models import tiny_calib, tiny_cnn
+    from harness.models import tiny_calib, tiny_cnn
 
     import edgekit
     from edgekit.deployer import deploy

@@ -43,7 +43,7 @@ def recording_micro(n=200000):
 
 
 def recording_e2e(work, rounds=8, block=300):
-    from models import tiny_calib, tiny_cnn
+    from harness.models import tiny_calib, tiny_cnn
 
     import edgekit
     from edgekit import agent_package

@@ -1,6 +1,6 @@
 """Fleet deploy: wall time of `edgekit deploy --fleet` to 1 device vs 10 devices in parallel.
 
-The devices are emulated (tests/netns.py): each in its own network namespace with its own
+The devices are emulated (tests/harness/netns.py): each in its own network namespace with its own
 sshd, reached over a bridge, each with its own agent directory (a cold deploy every
 round: agent upload and start, bundle upload, verification, benchmark, warm load).
 All of them share this machine's CPU cores, so on a machine with fewer cores than
@@ -33,7 +33,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=50, help="benchmark runs on each device (default 50)")
     args = ap.parse_args(argv)
 
-    import netns
+    from harness import netns
 
     reason = netns.unavailable_reason()
     if reason:

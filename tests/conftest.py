@@ -1,20 +1,59 @@
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from harness import PPOCR, PPOCR_SHA256, AgentRoots, e2e
+from harness.isolation import RunDirs
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-PPOCR = EXAMPLES / "ppocr_mobile_v2_cls.onnx"
+_run_dirs = RunDirs()
+_process_watch = e2e.ProcessWatch()
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(EXAMPLES))
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The run gets its own HOME, XDG directories, TMPDIR and base temporary directory (harness.isolation)."""
+    if getattr(config, "workerinput", None) is None and not hasattr(config, "_edgekit_run_dirs"):
+        _run_dirs.enter()
+        config._edgekit_run_dirs = _run_dirs  # type: ignore[attr-defined]
+        if config.option.basetemp is None:
+            config.option.basetemp = str(_run_dirs.basetemp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    dirs = getattr(config, "_edgekit_run_dirs", None)
+    if dirs is not None:
+        session = getattr(config, "_edgekit_session_status", 1)
+        dirs.leave(remove=session == 0)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._edgekit_session_status = int(exitstatus)  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    e2e.mark(items)
+
+
+@pytest.fixture(autouse=True)
+@e2e.run_wide
+def fast_tests_start_no_process(request):
+    """A test not marked e2e must not start a process: if one does, it fails here and gets the mark (harness.e2e)."""
+    if request.node.get_closest_marker("e2e"):
+        yield
+        return
+    _process_watch.start()
+    try:
+        yield
+    finally:
+        started = _process_watch.stop()
+    if started:
+        pytest.fail(
+            f"this test is not marked e2e but started {len(started)} process(es), first {started[0]}: "
+            "name what starts them in tests/harness/e2e.py or mark the test @pytest.mark.e2e"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def isolated_cache(tmp_path_factory):
     """Builds and agents of the test run live in a temporary cache, never the user's."""
     d = tmp_path_factory.mktemp("edgekit-cache")
@@ -27,10 +66,8 @@ def isolated_cache(tmp_path_factory):
         os.environ["EDGEKIT_CACHE_DIR"] = old
 
 
-PPOCR_SHA256 = "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"  # README: Sources and licences
-
-
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def shipped_model_is_never_written():
     """Builds read their input; nothing in the suite may write over the model the project ships."""
     from edgekit.model import file_sha256
@@ -42,14 +79,14 @@ def shipped_model_is_never_written():
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    from models import tiny_cnn
+    from harness.models import tiny_cnn
 
     return tiny_cnn(tmp_path_factory.mktemp("models") / "tiny_cnn.onnx")
 
 
 @pytest.fixture(scope="session")
 def tiny_calib(tmp_path_factory):
-    from models import tiny_calib
+    from harness.models import tiny_calib
 
     return tiny_calib(tmp_path_factory.mktemp("data") / "tiny_calib.npz")
 
@@ -75,17 +112,17 @@ def tiny_bundle(tmp_path_factory, tiny_model, tiny_calib):
     return out
 
 
-def stop_agent(python, root):
-    """Stop the agent serving ``root`` (whichever zipapp started it: the state file names its pid)."""
-    pyz = Path(root) / "agent" / "edgekit-agent.pyz"
-    if not pyz.exists():
-        from edgekit import agent_package
-
-        pyz, _ = agent_package.build(Path(os.environ["EDGEKIT_CACHE_DIR"]) / "agent")
-    subprocess.run([python, str(pyz), "stop", "--root", str(root)], capture_output=True, timeout=30)
+@pytest.fixture
+def agent_roots(tmp_path):
+    """``agent_roots("dev")`` is a device root under the test's tmp_path (``python=`` names the interpreter that
+    will run the agent there); every agent serving one of them is stopped when the test ends."""
+    roots = AgentRoots(tmp_path)
+    yield roots
+    roots.stop_all()
 
 
 @pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def no_agent_outlives_the_suite(tmp_path_factory):
     """Safety net: kill any agent whose command line points into this run's temporary directories."""
     base = str(tmp_path_factory.getbasetemp())
@@ -112,35 +149,17 @@ def no_agent_outlives_the_suite(tmp_path_factory):
 
 
 @pytest.fixture
-def local_device(tmp_path):
+def local_device(agent_roots):
     from edgekit.deployer import open_device
 
-    root = tmp_path / "device"
-    dev = open_device("local", device_root=str(root))
+    dev = open_device("local", device_root=str(agent_roots("device")))
     yield dev
     dev.close()
-    stop_agent(sys.executable, root)
 
 
 @pytest.fixture(scope="session")
 def sshd():
-    from sshd import ThrowawaySSHD
+    from harness.sshd import ThrowawaySSHD
 
     with ThrowawaySSHD() as server:
         yield server
-
-
-def run_cli(*args, check=None, env=None):
-    """Run the real `edgekit` command in a subprocess."""
-    e = dict(os.environ)
-    e.update(env or {})
-    p = subprocess.run(
-        [sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, env=e, timeout=600
-    )
-    if check is not None:
-        assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    return p
-
-
-def one_json(stdout):
-    return json.loads(stdout)

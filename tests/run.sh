@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, set-up included: bash tests/run.sh [pytest args]
+#
+# A run writes only under .cache/ in this checkout (ignored by git): its own HOME, XDG directories, TMPDIR and
+# pytest's temporary directory live in .cache/tests/runs/PID and go when the run passes (tests/conftest.py,
+# tests/harness/isolation.py); what takes minutes to make (tool environments, the arm64 userland, the Python 3.7
+# agent environment) is kept in .cache/tests/keep; pip's cache for the set-up is .cache/pip.
+# `bash tests/leaves_nothing.sh` proves that nothing lands in HOME or /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh --test
-exec .venv/bin/python -m pytest "$@"
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PWD/.cache/pip}"
+tmp="$PWD/.cache/tests/setup-tmp-$$"
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+TMPDIR="$tmp" bash scripts/bootstrap.sh --test
+.venv/bin/python -m pytest --durations=25 "$@"

@@ -1,4 +1,4 @@
-"""deploy --adb end to end: the real adb command and server against tests/adbd.py.
+"""deploy --adb end to end: the real adb command and server against tests/harness/adbd.py.
 
 Everything device-side (the adb server, the daemons, the agents they start, and the edgekit
 commands that talk to them) runs in a private network namespace that has only a loopback
@@ -10,139 +10,19 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import stop_agent
+from harness.adblab import ADB, Lab, Phone, bundled_adb
 
 import edgekit
 
 pytestmark = pytest.mark.e2e
 
-HERE = Path(__file__).resolve().parent
-SERVER_PORT = 5137  # not the default 5037: the transport must honour ANDROID_ADB_SERVER_PORT
-ADB = shutil.which("adb")
 ROOT = "~/edgekit"  # each test device has its own HOME, like separate phones
-
-
-def _bundled_adb():
-    try:
-        from adbutils._utils import _get_bin_dir
-
-        path = os.path.join(_get_bin_dir(), "adb")
-        return path if os.access(path, os.X_OK) else None
-    except ImportError:
-        return None
-
-
-class Phone:
-    """One tests/adbd.py daemon, attached to the lab's adb server."""
-
-    def __init__(self, lab, home, port=0):
-        self.lab, self.home = lab, Path(home)
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            lab.ns + [sys.executable, str(HERE / "adbd.py"), "--port", str(port)],
-            env=dict(lab.env, HOME=str(self.home)),
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        self.port = int(line.split()[-1])
-        self.serial = f"127.0.0.1:{self.port}"
-        self.root = self.home / "edgekit"
-        lab.attach(self.serial)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.proc.stdout.close()
-
-    def restart(self):
-        self.kill()
-        self.__init__(self.lab, self.home, self.port)
-
-    def close(self):
-        stop_agent(sys.executable, self.root)
-        self.kill()
-        self.lab.adb("disconnect", self.serial)
-
-
-class Lab:
-    """A loopback-only network namespace with an adb server in it."""
-
-    def __init__(self, tmp):
-        self.tmp = Path(tmp)
-        home = self.tmp / "host-home"
-        home.mkdir()
-        self.holder = subprocess.Popen(
-            ["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if self.holder.stdout.readline().strip() != "up":
-            self.holder.stdin.close()
-            self.holder.wait()
-            self.holder.stdout.close()
-            pytest.skip("cannot create a network namespace here (`unshare --net` needs root or user namespaces)")
-        self.ns = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("ADB_SERVER_SOCKET", "ANDROID_SERIAL", "ANDROID_ADB_SERVER_ADDRESS", "ANDROID_ADB_SERVER_HOST")
-        }
-        env.update(
-            HOME=str(home),
-            ANDROID_USER_HOME=str(home / ".android"),
-            TMPDIR=str(self.tmp),
-            ANDROID_ADB_SERVER_PORT=str(SERVER_PORT),
-            ADB_MDNS="0",
-            ADB_MDNS_AUTO_CONNECT="0",
-            PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p),
-        )
-        self.env = env
-        self.adb("start-server", check=0)
-
-    def run(self, argv, check=None, timeout=120, env=None):
-        p = subprocess.run(
-            self.ns + [str(a) for a in argv],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            env=dict(self.env, **(env or {})),
-        )
-        if check is not None:
-            assert p.returncode == check, f"{argv}: exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-        return p
-
-    def adb(self, *args, check=None, binary=ADB):
-        return self.run([binary, "-P", SERVER_PORT, *args], check=check, timeout=60)
-
-    def cli(self, *args, check=None):
-        return self.run([sys.executable, "-m", "edgekit", *args], check=check, timeout=300)
-
-    def attach(self, serial):
-        self.adb("connect", serial, check=0)
-        deadline = time.monotonic() + 20
-        while self.adb("-s", serial, "get-state").stdout.strip() != "device":
-            assert time.monotonic() < deadline, self.adb("devices").stdout
-            time.sleep(0.1)
-
-    def close(self):
-        self.adb("kill-server")
-        self.holder.stdin.close()
-        self.holder.wait()
-        self.holder.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +59,7 @@ def _sha256(path):
 # -- the real adb client against the test daemon ----------------------------------
 @pytest.mark.parametrize("client", ["debian", "adbutils-bundled"])
 def test_adb_client_shell_push_pull(lab, phones, tmp_path, client):
-    binary = ADB if client == "debian" else _bundled_adb()
+    binary = ADB if client == "debian" else bundled_adb()
     if binary is None:
         pytest.skip("adbutils ships no adb binary for this platform")
     (phone,) = phones()
@@ -399,7 +279,7 @@ def test_connection_cut_mid_push_keeps_the_previous_version_and_resumes(lab, pho
     phone.restart()
 
     # 2. a bundle upload through the forwarded agent port (a 1.3 MB model), cut halfway
-    from models import tiny_cnn
+    from harness.models import tiny_cnn
 
     v2_dir = tmp_path / "v2"
     edgekit.build(

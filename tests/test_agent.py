@@ -5,25 +5,20 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import stop_agent
+from harness.isolation import kept
+from harness.pythons import find_python, missing
 
 from edgekit import agent_package, bundle
 from edgekit_sdk import AgentClient, AgentHTTPError
 
 
 def _python(version):
-    candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
-    candidates.append(shutil.which(f"python{version}"))
-    for c in candidates:
-        if c and subprocess.run([c, "-c", "pass"], capture_output=True).returncode == 0:
-            return c
-    return None
+    return find_python(version)
 
 
 # The oldest Python that boards still ship, and the newest this machine has.
@@ -202,10 +197,10 @@ def test_non_loopback_needs_a_token(tmp_path):
     assert p.returncode != 0 and "without a token" in p.stderr
 
 
-def test_token_is_enforced(tmp_path):
+def test_token_is_enforced(agent_roots, tmp_path):
     pyz = _zipapp(tmp_path)
     (tmp_path / "tok").write_text("s3cret\n")
-    root = tmp_path / "r"
+    root = agent_roots("r")
     env = dict(os.environ, EDGEKIT_AGENT_TOKEN="s3cret")
     p = subprocess.run(
         [
@@ -226,46 +221,40 @@ def test_token_is_enforced(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     state = json.loads(p.stdout)
-    try:
-        anonymous, authorized = (
-            AgentClient("127.0.0.1", state["port"]),
-            AgentClient("127.0.0.1", state["port"], token="s3cret"),
-        )
-        with pytest.raises(AgentHTTPError) as e:
-            anonymous.health()
-        assert e.value.status == 401
-        assert authorized.health()["auth"] is True
-        anonymous.close()
-        authorized.close()
-    finally:
-        stop_agent(sys.executable, root)
+    anonymous, authorized = (
+        AgentClient("127.0.0.1", state["port"]),
+        AgentClient("127.0.0.1", state["port"], token="s3cret"),
+    )
+    with pytest.raises(AgentHTTPError) as e:
+        anonymous.health()
+    assert e.value.status == 401
+    assert authorized.health()["auth"] is True
+    anonymous.close()
+    authorized.close()
 
 
 @pytest.mark.parametrize("version", [OLDEST, NEWEST])
-def test_agent_runs_on_oldest_and_newest_python(tmp_path, tiny_bundle, version):
+def test_agent_runs_on_oldest_and_newest_python(agent_roots, tmp_path, tiny_bundle, version):
     """Syntax, stdlib, server, verified install on a bare interpreter; no runtime there -> a clear 501."""
     python = _python(version)
     if python is None:
-        pytest.skip(f"needs a Python {version} interpreter (pyenv provides it on the CI image)")
+        pytest.skip(missing(version))
     pyz = _zipapp(tmp_path)
-    root = tmp_path / "r"
+    root = agent_roots("r", python=python)
     p = subprocess.run([python, str(pyz), "start", "--root", str(root)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     state = json.loads(p.stdout)
-    try:
-        c = AgentClient("127.0.0.1", state["port"], token=state["token"])
-        h = c.health()
-        assert h["device"]["python"].startswith(version + ".") and h["runtimes"]["ort"] is None
-        manifest = json.loads((tiny_bundle / "manifest.json").read_text())
-        for f in c.begin_upload("tiny", manifest["id"], manifest)["missing"]:
-            c.put_file("tiny", manifest["id"], f, (tiny_bundle / f).read_bytes())
-        assert c.commit("tiny", manifest["id"])["version"] == manifest["id"]
-        with pytest.raises(AgentHTTPError) as e:
-            c.bench("tiny", runs=2)
-        assert e.value.status == 501 and "onnxruntime is not installed" in e.value.message
-        c.close()
-    finally:
-        stop_agent(python, root)
+    c = AgentClient("127.0.0.1", state["port"], token=state["token"])
+    h = c.health()
+    assert h["device"]["python"].startswith(version + ".") and h["runtimes"]["ort"] is None
+    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
+    for f in c.begin_upload("tiny", manifest["id"], manifest)["missing"]:
+        c.put_file("tiny", manifest["id"], f, (tiny_bundle / f).read_bytes())
+    assert c.commit("tiny", manifest["id"])["version"] == manifest["id"]
+    with pytest.raises(AgentHTTPError) as e:
+        c.bench("tiny", runs=2)
+    assert e.value.status == 501 and "onnxruntime is not installed" in e.value.message
+    c.close()
 
 
 def test_agent_source_is_python37_syntax():
@@ -374,11 +363,11 @@ def test_device_compares_its_outputs_with_the_build_machine(deployed):
 def py37_with_runtime():
     """Python 3.7 with the last onnxruntime built for it: what an older board image runs.
 
-    Created once under ~/.cache/edgekit-tests (from PyPI), then reused."""
+    Created once under the tests' kept cache (from PyPI), then reused."""
     base = _python(OLDEST)
     if base is None:
-        pytest.skip(f"needs a Python {OLDEST} interpreter (pyenv provides it on the CI image)")
-    venv = os.path.join(os.path.expanduser("~"), ".cache", "edgekit-tests", "py37-ort")
+        pytest.skip(missing(OLDEST))
+    venv = str(kept("py37-ort"))
     python = os.path.join(venv, "bin", "python")
     probe = [python, "-c", "import onnxruntime, numpy"]
     if not os.path.exists(python) or subprocess.run(probe, capture_output=True).returncode != 0:
@@ -402,10 +391,10 @@ def py37_with_runtime():
     return python
 
 
-def test_full_deploy_on_python37_with_onnxruntime(py37_with_runtime, tiny_bundle, tmp_path):
+def test_full_deploy_on_python37_with_onnxruntime(agent_roots, py37_with_runtime, tiny_bundle, tmp_path):
     from edgekit.deployer import deploy, open_device
 
-    root = tmp_path / "dev37"
+    root = agent_roots("dev37", python=py37_with_runtime)
     dev = open_device("local", device_python=py37_with_runtime, device_root=str(root))
     try:
         r = deploy(tiny_bundle, dev, runs=10, warmup=2)
@@ -415,4 +404,3 @@ def test_full_deploy_on_python37_with_onnxruntime(py37_with_runtime, tiny_bundle
         assert out["probs"].shape == (1, 10)
     finally:
         dev.close()
-        stop_agent(py37_with_runtime, root)

@@ -4,7 +4,7 @@ import json
 import shutil
 
 import pytest
-from conftest import run_cli
+from harness import run_cli
 
 from edgekit.errors import BundleError
 

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import stop_agent
+from harness import stop_agent
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import stop_agent
+from harness import stop_agent
 
 from edgekit import agent_package
 from edgekit_sdk import encode_tensors

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import PPOCR, one_json, run_cli
+from harness import PPOCR, one_json, run_cli
 
 import edgekit
 from edgekit.errors import DataError, EdgekitError, FidelityError
@@ -25,7 +25,7 @@ def ppocr_split(tmp_path_factory, textlines):
 
 @pytest.fixture(scope="module")
 def tiny_val(tmp_path_factory):
-    from models import tiny_calib
+    from harness.models import tiny_calib
 
     return tiny_calib(tmp_path_factory.mktemp("budget-tiny") / "tiny_val.npz", n=32, seed=5)
 

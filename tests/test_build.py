@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import PPOCR
+from harness import PPOCR
 
 import edgekit
 from edgekit import bundle
@@ -127,8 +127,16 @@ def test_tampered_bundle_is_detected(tmp_path, tiny_bundle):
 
 
 def test_backend_not_in_profile(tmp_path, tiny_model):
-    with pytest.raises(ProfileError):
+    """The iPhone profile runs ORT, TFLite and MNN: an OpenVINO build for it is refused before anything is written."""
+    with pytest.raises(ProfileError, match=r"profile iphone-15-pro does not run backend 'openvino'; it runs: ort,"):
+        edgekit.build(tiny_model, "iphone-15-pro", tmp_path / "x", backend="openvino", precision="fp32")
+    assert not (tmp_path / "x").exists()
+
+
+def test_precision_the_backend_cannot_build(tmp_path, tiny_model):
+    with pytest.raises(ProfileError, match=r"backend ort cannot build precision 'bf16'; choose from "):
         edgekit.build(tiny_model, "host", tmp_path / "x", precision="bf16")
+    assert not (tmp_path / "x").exists()
 
 
 def test_auto_keeps_fp32_when_int8_measured_slower_on_host(tmp_path, tiny_model, tiny_calib, monkeypatch):

@@ -8,7 +8,7 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
-from conftest import PPOCR, ROOT, one_json, run_cli, stop_agent
+from harness import PPOCR, ROOT, one_json, run_cli, stop_agent
 
 from edgekit.cli import EXIT_CODES, main, parser
 
@@ -145,48 +145,40 @@ def test_fidelity_failure_exit_code(tmp_path, tiny_model, tiny_calib):
     assert not (tmp_path / "o").exists()
 
 
-def test_deploy_local_json_and_table(tiny_bundle, tmp_path):
-    root = tmp_path / "dev"
-    try:
-        p = run_cli(
-            "deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json", check=0
-        )
-        r = one_json(p.stdout)
-        for key in (
-            "backend",
-            "precision",
-            "accelerator",
-            "threads",
-            "runtime_version",
-            "init_ms",
-            "first_inference_ms",
-            "latency_ms",
-            "runs",
-            "peak_rss_mb",
-            "device",
-            "profile",
-        ):
-            assert key in r, key
-        assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
-        text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
-        assert "latency      p50" in text and "CPUExecutionProvider" in text
-        status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
-        assert status["running"] and status["host"] == "127.0.0.1"
-        text = run_cli("agent", "status", "--local", "--device-root", root, check=0).stdout
-        assert text.startswith("agent ") and f"pid {status['pid']}" in text and "{" not in text  # not raw JSON
-        p = run_cli("rollback", "tinny", "--local", "--device-root", root)
-        assert p.returncode == 5 and "unknown model 'tinny'" in p.stderr and "did you mean 'tiny'?" in p.stderr
-    finally:
-        stop_agent(sys.executable, root)
+def test_deploy_local_json_and_table(agent_roots, tiny_bundle, tmp_path):
+    root = agent_roots("dev")
+    p = run_cli("deploy", tiny_bundle, "--local", "--device-root", root, "--runs", 10, "--warmup", 2, "--json", check=0)
+    r = one_json(p.stdout)
+    for key in (
+        "backend",
+        "precision",
+        "accelerator",
+        "threads",
+        "runtime_version",
+        "init_ms",
+        "first_inference_ms",
+        "latency_ms",
+        "runs",
+        "peak_rss_mb",
+        "device",
+        "profile",
+    ):
+        assert key in r, key
+    assert set(r["latency_ms"]) >= {"p50", "p90", "p99", "mean", "min", "max", "stdev"}
+    text = run_cli("bench", tiny_bundle, "--local", "--device-root", root, "--runs", 5, check=0).stdout
+    assert "latency      p50" in text and "CPUExecutionProvider" in text
+    status = one_json(run_cli("agent", "status", "--local", "--device-root", root, "--json", check=0).stdout)
+    assert status["running"] and status["host"] == "127.0.0.1"
+    text = run_cli("agent", "status", "--local", "--device-root", root, check=0).stdout
+    assert text.startswith("agent ") and f"pid {status['pid']}" in text and "{" not in text  # not raw JSON
+    p = run_cli("rollback", "tinny", "--local", "--device-root", root)
+    assert p.returncode == 5 and "unknown model 'tinny'" in p.stderr and "did you mean 'tiny'?" in p.stderr
 
 
-def test_bench_of_a_bundle_not_deployed(tiny_bundle, tmp_path):
-    root = tmp_path / "empty-dev"
-    try:
-        p = run_cli("bench", tiny_bundle, "--local", "--device-root", root)
-        assert p.returncode == 5 and "run `edgekit deploy" in p.stderr
-    finally:
-        stop_agent(sys.executable, root)
+def test_bench_of_a_bundle_not_deployed(agent_roots, tiny_bundle, tmp_path):
+    root = agent_roots("empty-dev")
+    p = run_cli("bench", tiny_bundle, "--local", "--device-root", root)
+    assert p.returncode == 5 and "run `edgekit deploy" in p.stderr
 
 
 def test_doctor():
@@ -198,19 +190,16 @@ def test_python_m_edgekit_version():
     assert run_cli("--version", check=0).stdout.startswith("edgekit ")
 
 
-def test_reports_match_the_published_schema(tiny_bundle, tmp_path):
+def test_reports_match_the_published_schema(agent_roots, tiny_bundle, tmp_path):
     import jsonschema
 
     from edgekit.report import schema
 
     s = schema()
     jsonschema.validate(json.loads((tiny_bundle / "report.json").read_text()), s)
-    root = tmp_path / "dev"
-    try:
-        r = one_json(run_cli("deploy", tiny_bundle, "--device-root", root, "--runs", 5, "--json", check=0).stdout)
-        jsonschema.validate(r, s)
-    finally:
-        stop_agent(sys.executable, root)
+    root = agent_roots("dev")
+    r = one_json(run_cli("deploy", tiny_bundle, "--device-root", root, "--runs", 5, "--json", check=0).stdout)
+    jsonschema.validate(r, s)
 
 
 def test_output_that_is_a_file(tmp_path, tiny_model):
@@ -256,19 +245,16 @@ def test_bad_ssh_target(cli, tiny_bundle):
     assert p.returncode == 4 and "bad SSH port" in p.stderr
 
 
-def test_bundle_from_a_profile_file_deploys(tmp_path, tiny_model):
+def test_bundle_from_a_profile_file_deploys(agent_roots, tmp_path, tiny_model):
     from edgekit import profiles
 
     text = (profiles.resources.files("edgekit.device_profiles") / "raspberrypi5.toml").read_text()
     board = tmp_path / "myboard.toml"
     board.write_text(text.replace('name = "raspberrypi5"', 'name = "myboard"'))
     run_cli("build", tiny_model, "--profile", board, "--precision", "fp32", "-o", tmp_path / "b", "-q", check=0)
-    root = tmp_path / "dev"
-    try:
-        r = one_json(run_cli("deploy", tmp_path / "b", "--device-root", root, "--runs", 3, "--json", check=0).stdout)
-        assert r["profile"] == "myboard" and any("built for myboard (aarch64)" in w for w in r["warnings"])
-    finally:
-        stop_agent(sys.executable, root)
+    root = agent_roots("dev")
+    r = one_json(run_cli("deploy", tmp_path / "b", "--device-root", root, "--runs", 3, "--json", check=0).stdout)
+    assert r["profile"] == "myboard" and any("built for myboard (aarch64)" in w for w in r["warnings"])
 
 
 def test_build_only_profile_is_not_deployed(tmp_path, tiny_model):

@@ -13,7 +13,6 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import stop_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +83,7 @@ class CuttingRelay:
 
 
 @pytest.fixture
-def cut_device(tmp_path):
+def cut_device(agent_roots):
     from edgekit.deployer import Device
     from edgekit.transports.local import LocalTransport
 
@@ -98,17 +97,16 @@ def cut_device(tmp_path):
                 relays.insert(0, CuttingRelay(remote_port))
             return relays[0].port
 
-    root = tmp_path / "device"
+    root = agent_roots("device")
     dev = Device(CuttingTransport(), python=sys.executable, root=str(root))
     yield dev, relays
     dev.close()
     for r in relays:
         r.close()
-    stop_agent(sys.executable, root)
 
 
 def test_random_cuts_never_leave_half_a_version(cut_device, tmp_path, textlines):
-    from conftest import PPOCR
+    from harness import PPOCR
 
     import edgekit
     from edgekit.deployer import deploy

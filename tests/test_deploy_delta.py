@@ -5,11 +5,10 @@ import json
 import os
 import signal
 import socket
-import sys
 import time
 
 import pytest
-from conftest import one_json, run_cli, stop_agent
+from harness import one_json, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -99,31 +98,28 @@ def test_resume_at_a_wrong_offset_is_refused(local_device, two_builds):
     assert e.value.status == 409 and "cannot resume at byte 10" in e.value.message
 
 
-def test_rollback_and_models_commands(tmp_path, two_builds):
+def test_rollback_and_models_commands(agent_roots, tmp_path, two_builds):
     fp32, int8 = two_builds
-    root = tmp_path / "device"
+    root = agent_roots("device")
     where = ["--local", "--device-root", root]
-    try:
-        run_cli("deploy", fp32, *where, "--runs", "3", "--warmup", "1", "--json", check=0)
-        run_cli("deploy", int8, *where, "--runs", "3", "--warmup", "1", "--json", check=0)
-        v32, v8 = _manifest(fp32)["id"], _manifest(int8)["id"]
-        models = one_json(run_cli("models", *where, "--json", check=0).stdout)["models"]
-        assert models[0]["version"] == v8 and set(models[0]["versions"]) == {v32, v8}
-        r = one_json(run_cli("rollback", "tiny", *where, "--json", check=0).stdout)
-        assert r["version"] == v32 and r["previous"] == v8
-        r = one_json(run_cli("rollback", "tiny", "--to", v8, *where, "--json", check=0).stdout)
-        assert r["version"] == v8
-        p = run_cli("rollback", "tiny", "--to", "0000000000000000", *where, check=5)
-        assert "no version '0000000000000000'" in p.stderr and v32 in p.stderr
-        p = run_cli("rollback", "nosuchmodel", *where, check=5)
-        assert "unknown model" in p.stderr
-        text = run_cli("models", *where, check=0).stdout
-        assert "tiny" in text and v8 + "*" in text
-        run_cli("models", "--remove", "tiny", *where, check=0)
-        assert one_json(run_cli("models", *where, "--json", check=0).stdout)["models"] == []
-        assert "unknown model" in run_cli("models", "--remove", "tiny", *where, check=5).stderr
-    finally:
-        stop_agent(sys.executable, root)
+    run_cli("deploy", fp32, *where, "--runs", "3", "--warmup", "1", "--json", check=0)
+    run_cli("deploy", int8, *where, "--runs", "3", "--warmup", "1", "--json", check=0)
+    v32, v8 = _manifest(fp32)["id"], _manifest(int8)["id"]
+    models = one_json(run_cli("models", *where, "--json", check=0).stdout)["models"]
+    assert models[0]["version"] == v8 and set(models[0]["versions"]) == {v32, v8}
+    r = one_json(run_cli("rollback", "tiny", *where, "--json", check=0).stdout)
+    assert r["version"] == v32 and r["previous"] == v8
+    r = one_json(run_cli("rollback", "tiny", "--to", v8, *where, "--json", check=0).stdout)
+    assert r["version"] == v8
+    p = run_cli("rollback", "tiny", "--to", "0000000000000000", *where, check=5)
+    assert "no version '0000000000000000'" in p.stderr and v32 in p.stderr
+    p = run_cli("rollback", "nosuchmodel", *where, check=5)
+    assert "unknown model" in p.stderr
+    text = run_cli("models", *where, check=0).stdout
+    assert "tiny" in text and v8 + "*" in text
+    run_cli("models", "--remove", "tiny", *where, check=0)
+    assert one_json(run_cli("models", *where, "--json", check=0).stdout)["models"] == []
+    assert "unknown model" in run_cli("models", "--remove", "tiny", *where, check=5).stderr
 
 
 def test_agent_comes_back_after_a_crash_on_the_same_port(local_device, two_builds):

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import numpy as np
 import onnx
 import pytest
-from conftest import one_json, run_cli
+from harness import one_json, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 import edgekit

@@ -1,4 +1,4 @@
-"""A backend added from outside edgekit: one host module, one runner, one table row (tests/extra_backend.py)."""
+"""A backend added from outside edgekit: one host module, one runner, one table row (tests/harness/extra_backend.py)."""
 
 import json
 
@@ -12,7 +12,7 @@ from edgekit.errors import ConversionError
 
 @pytest.fixture()
 def copy_ort():
-    import extra_backend
+    from harness import extra_backend
 
     converters.register(extra_backend.ROW)
     yield extra_backend

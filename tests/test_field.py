@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import run_cli, stop_agent
+from harness import run_cli, stop_agent
 
 from edgekit import agent_package
 from edgekit.deployer import deploy, open_device
@@ -116,8 +116,8 @@ def test_annotations_and_warm_load(deployed, store):
     assert row == (1.5, 0.25)
 
 
-def test_records_survive_kill_9(tmp_path, tiny_bundle, store):
-    root = tmp_path / "dev"
+def test_records_survive_kill_9(agent_roots, tmp_path, tiny_bundle, store):
+    root = agent_roots("dev")
     pyz, _ = agent_package.build(tmp_path)
     flush = 0.05
     subprocess.run(
@@ -158,11 +158,10 @@ def test_records_survive_kill_9(tmp_path, tiny_bundle, store):
         assert settled <= stored <= len(acked) + 1, (settled, stored, len(acked))
     finally:
         dev.close()
-        stop_agent(sys.executable, root)
 
 
-def test_corrupt_device_store_is_reported_not_emptied(tmp_path, tiny_bundle, store):
-    root = tmp_path / "dev"
+def test_corrupt_device_store_is_reported_not_emptied(agent_roots, tmp_path, tiny_bundle, store):
+    root = agent_roots("dev")
     dev = open_device("local", device_root=str(root))
     try:
         deploy(tiny_bundle, dev, bench=False)
@@ -182,7 +181,6 @@ def test_corrupt_device_store_is_reported_not_emptied(tmp_path, tiny_bundle, sto
         assert db.read_bytes() == garbage
     finally:
         dev.close()
-        stop_agent(sys.executable, root)
 
 
 def test_host_store_corruption_is_reported(tmp_path):
@@ -193,8 +191,8 @@ def test_host_store_corruption_is_reported(tmp_path):
     assert bad.read_bytes() == b"not a database at all" * 100
 
 
-def test_pull_over_ssh(sshd, tiny_bundle, tmp_path, store):
-    root = tmp_path / "remote"
+def test_pull_over_ssh(agent_roots, sshd, tiny_bundle, tmp_path, store):
+    root = agent_roots("remote")
     dev = open_device(
         "ssh",
         f"root@127.0.0.1:{sshd.port}",
@@ -211,7 +209,6 @@ def test_pull_over_ssh(sshd, tiny_bundle, tmp_path, store):
         assert e["device"] == "pi-in-the-lab" and e["requests"] == 120
     finally:
         dev.close()
-        stop_agent(sys.executable, root)
 
 
 def test_regression_after_a_deploy_is_flagged(store):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli, stop_agent
+from harness import run_cli, stop_agent
 
 from edgekit import fleet
 from edgekit.fleet import InventoryError, load_inventory, parse_url
@@ -161,11 +161,8 @@ def test_cli_inventory_errors(tmp_path, tiny_bundle):
 
 # -- local fleet through the API -------------------------------------------------------
 @pytest.fixture
-def local_roots(tmp_path):
-    roots = [tmp_path / f"dev{i}" for i in range(3)]
-    yield roots
-    for r in roots:
-        stop_agent(sys.executable, r)
+def local_roots(agent_roots):
+    return [agent_roots(f"dev{i}") for i in range(3)]
 
 
 def test_local_fleet_api_deploy_then_bench(tmp_path, tiny_bundle, local_roots):
@@ -220,7 +217,7 @@ def test_device_deadline_gives_a_timeout_row_and_does_not_block_others(tmp_path,
 # -- emulated devices in network namespaces ---------------------------------------------
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    import netns
+    from harness import netns
 
     reason = netns.unavailable_reason()
     if reason:
@@ -301,15 +298,12 @@ def test_fleet_of_ten_emulated_devices_over_the_network(lab, tmp_path, tiny_bund
 
 
 @pytest.mark.e2e
-def test_slow_device_past_its_deadline_times_out(lab, tmp_path, tiny_bundle):
+def test_slow_device_past_its_deadline_times_out(agent_roots, lab, tmp_path, tiny_bundle):
     slow = lab.devices[6]
-    fresh_root = tmp_path / "slow-root"  # a fresh agent directory: the whole agent has to cross the slow link
+    fresh_root = agent_roots("slow-root")  # a fresh agent directory: the whole agent has to cross the slow link
     inv = tmp_path / "slow.toml"
     inv.write_text(lab.inventory([slow], [fresh_root]))
-    try:
-        p = lab_cli(lab, "deploy", tiny_bundle, "--fleet", inv, "--device-timeout", 1.0, "--runs", 5, "--json")
-    finally:
-        stop_agent(sys.executable, fresh_root)
+    p = lab_cli(lab, "deploy", tiny_bundle, "--fleet", inv, "--device-timeout", 1.0, "--runs", 5, "--json")
     rows = {r["name"]: r for r in json.loads(p.stdout)["devices"]}
     r = rows[f"dev{slow.index}"]
     assert r["status"] == "timeout" and r["error"].startswith("timeout after 1 s at step: ")
@@ -357,7 +351,7 @@ def test_abandon_closes_in_the_background_and_no_step_starts_after_it():
 
 def test_connect_timeout_reaches_the_serial_transport(tmp_path, tiny_bundle):
     pytest.importorskip("serial")
-    from serialdev import Cable
+    from harness.serialdev import Cable
 
     with Cable(device=["sleep", "60"], wait_output=False) as cable:
         inv = write(tmp_path, f'[[device]]\nname = "board"\nurl = "serial://{cable.port}"\nconnect_timeout = 1\n')

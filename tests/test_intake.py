@@ -36,7 +36,7 @@ def test_dynamic_batch_becomes_one(tiny_model):
 
 
 def test_dynamic_spatial_dims_need_input_shape():
-    from conftest import PPOCR
+    from harness import PPOCR
 
     with pytest.raises(ModelError, match=r"--input-shape x=1,3,"):
         load_model(PPOCR)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PPOCR, run_cli, stop_agent
+from harness import PPOCR, run_cli
 
 from edgekit import toolenvs
 from edgekit.converters import get
@@ -76,20 +76,15 @@ def test_fp32_and_fp16_pass_on_real_lines(ppocr):
     assert fp16["model_size_bytes"] < 0.6 * ppocr["fp32"][1]["model_size_bytes"]
 
 
-def test_deploy_locally_under_the_env_python(ppocr, env_python, tmp_path):
-    root = tmp_path / "device"
-    try:
-        for precision in ("fp32", "fp16"):
-            p = run_cli(
-                "deploy", ppocr[precision][0], "--local", "--device-root", root, "--runs", "20", "--json", check=0
-            )
-            b = json.loads(p.stdout)
-            assert b["backend"] == "mindspore-lite" and b["precision"] == precision and b["accelerator"] == "CPU"
-            assert b["device"]["python"].startswith("3.7")
-            assert b["device_fidelity"]["passed"] and b["latency_ms"]["p50"] > 0
-            assert any("transposes" in w for w in b["warnings"])
-    finally:
-        stop_agent(env_python, root)
+def test_deploy_locally_under_the_env_python(agent_roots, ppocr, env_python, tmp_path):
+    root = agent_roots("device", python=env_python)
+    for precision in ("fp32", "fp16"):
+        p = run_cli("deploy", ppocr[precision][0], "--local", "--device-root", root, "--runs", "20", "--json", check=0)
+        b = json.loads(p.stdout)
+        assert b["backend"] == "mindspore-lite" and b["precision"] == precision and b["accelerator"] == "CPU"
+        assert b["device"]["python"].startswith("3.7")
+        assert b["device_fidelity"]["passed"] and b["latency_ms"]["p50"] > 0
+        assert any("transposes" in w for w in b["warnings"])
 
 
 def test_mobilenetv2_fp16(env_python, tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import PPOCR, one_json, run_cli, stop_agent
+from harness import PPOCR, one_json, run_cli
 
 import edgekit
 from edgekit import bundle, profiles
@@ -197,22 +197,19 @@ def test_deploy_locally_through_the_agent(ppocr, local_device):
     assert any("VULKAN was requested" in w for w in r["warnings"])
 
 
-def test_deploy_int8_over_ssh(ppocr, sshd, tmp_path):
+def test_deploy_int8_over_ssh(agent_roots, ppocr, sshd, tmp_path):
     from edgekit.deployer import deploy, open_device
 
-    root = tmp_path / "remote-device"
-    try:
-        with open_device(
-            "ssh",
-            f"{sshd.user}@{sshd.host}:{sshd.port}",
-            device_python=sys.executable,
-            device_root=str(root),
-            key_file=sshd.client_key,
-            known_hosts=sshd.known_hosts,
-        ) as dev:
-            r = deploy(ppocr["int8"][1], dev, runs=10, warmup=2)
-    finally:
-        stop_agent(sys.executable, root)
+    root = agent_roots("remote-device")
+    with open_device(
+        "ssh",
+        f"{sshd.user}@{sshd.host}:{sshd.port}",
+        device_python=sys.executable,
+        device_root=str(root),
+        key_file=sshd.client_key,
+        known_hosts=sshd.known_hosts,
+    ) as dev:
+        r = deploy(ppocr["int8"][1], dev, runs=10, warmup=2)
     assert r["transport"].startswith("ssh ") and r["runtime"] == "mnn" and r["precision"] == "int8"
     assert r["accelerator"] == "CPU" and r["device_fidelity"]["passed"]
     if X86:  # MNN says this CPU has no sdot/i8mm; the report passes that on

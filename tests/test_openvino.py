@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import PPOCR, stop_agent
+from harness import PPOCR
 
 import edgekit
 from edgekit import bundle
@@ -213,29 +213,26 @@ def test_local_agent_runs_f32_and_falls_back_from_the_npu(ppocr, local_device, t
 
 
 @pytest.mark.e2e
-def test_deploy_int8_over_ssh_reports_device_and_precision(ppocr, sshd, tmp_path):
+def test_deploy_int8_over_ssh_reports_device_and_precision(agent_roots, ppocr, sshd, tmp_path):
     from edgekit.deployer import deploy, open_device
 
-    root = tmp_path / "remote"
+    root = agent_roots("remote")
     out, built = ppocr["int8"]
-    try:
-        with open_device(
-            "ssh",
-            f"{sshd.user}@{sshd.host}:{sshd.port}",
-            device_python=sys.executable,
-            device_root=str(root),
-            key_file=sshd.client_key,
-            known_hosts=sshd.known_hosts,
-        ) as dev:
-            r = deploy(out, dev, runs=20, warmup=3)
-        assert r["transport"].startswith("ssh ") and r["accelerator"] == "CPU"
-        assert r["inference_precision_requested"] == "device default"
-        # what ran: this CPU's default execution precision (bf16 where it has bf16)
-        assert r["inference_precision"] == built["openvino"]["this_cpu_default_precision"]
-        assert r["device_fidelity"]["passed"] and r["latency_ms"]["p50"] > 0
-        assert (root / "models" / "ppocr-ov-int8" / "current").is_symlink()
-    finally:
-        stop_agent(sys.executable, root)
+    with open_device(
+        "ssh",
+        f"{sshd.user}@{sshd.host}:{sshd.port}",
+        device_python=sys.executable,
+        device_root=str(root),
+        key_file=sshd.client_key,
+        known_hosts=sshd.known_hosts,
+    ) as dev:
+        r = deploy(out, dev, runs=20, warmup=3)
+    assert r["transport"].startswith("ssh ") and r["accelerator"] == "CPU"
+    assert r["inference_precision_requested"] == "device default"
+    # what ran: this CPU's default execution precision (bf16 where it has bf16)
+    assert r["inference_precision"] == built["openvino"]["this_cpu_default_precision"]
+    assert r["device_fidelity"]["passed"] and r["latency_ms"]["p50"] > 0
+    assert (root / "models" / "ppocr-ov-int8" / "current").is_symlink()
 
 
 NETWORK_WATCH = r"""

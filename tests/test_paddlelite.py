@@ -7,7 +7,7 @@ import platform
 
 import numpy as np
 import pytest
-from conftest import PPOCR, run_cli, stop_agent
+from harness import PPOCR, run_cli
 
 from edgekit import toolenvs
 from edgekit.converters import get
@@ -68,13 +68,10 @@ def test_host_build_is_validated_on_real_lines(ppocr_host):
     assert "conv2d" in (out / "paddlelite_tailored_ops.txt").read_text().split()
 
 
-def test_host_build_deploys_locally_under_the_env_python(ppocr_host, env_python, tmp_path):
+def test_host_build_deploys_locally_under_the_env_python(agent_roots, ppocr_host, env_python, tmp_path):
     out, _ = ppocr_host
-    root = tmp_path / "device"
-    try:
-        b = json.loads(_deploy(out, root).stdout)
-    finally:
-        stop_agent(env_python, root)
+    root = agent_roots("device", python=env_python)
+    b = json.loads(_deploy(out, root).stdout)
     assert b["backend"] == "paddlelite" and b["runtime"] == "paddlelite" and b["accelerator"] == "X86 CPU"
     assert b["device"]["python"].startswith("3.10")  # the tool environment's interpreter, not the host's
     assert b["device_fidelity"]["passed"] and b["latency_ms"]["p50"] > 0 and b["runs"] == 20
@@ -96,14 +93,11 @@ def test_arm_build_is_marked_cross_target(ppocr_host, tmp_path):
         assert np.all(np.isfinite(z[OUT])) and abs(float(z[OUT].sum()) - 1.0) < 1e-4
 
 
-def test_arm_nb_on_this_x86_machine_is_refused_at_install(env_python, mnv2, tmp_path):
+def test_arm_nb_on_this_x86_machine_is_refused_at_install(agent_roots, env_python, mnv2, tmp_path):
     out = tmp_path / "mnv2-pi5"
     _build(mnv2, "--profile", "raspberrypi5", "--input-shape", "input=1,3,224,224", "-o", out)
-    root = tmp_path / "device"
-    try:
-        p = _deploy(out, root, check=5)
-    finally:
-        stop_agent(env_python, root)
+    root = agent_roots("device", python=env_python)
+    p = _deploy(out, root, check=5)
     # the ARM kernels return garbage here: the device's comparison with the build machine's outputs refuses it
     assert "outputs differ from the reference outputs" in p.stderr and "not installed" in p.stderr, p.stderr
 
@@ -185,12 +179,12 @@ def test_runner_feeds_every_input_exactly(ppocr_host, textlines):
     assert len({g.tobytes() for g in got}) == len(got)
 
 
-def test_device_commands_reach_the_backend_agent(ppocr_host, env_python, tmp_path):
+def test_device_commands_reach_the_backend_agent(agent_roots, ppocr_host, env_python, tmp_path):
     """deploy --local of a paddlelite bundle runs its agent in <root>-paddlelite: models, rollback and agent reach
     it with --backend, and models without it says where it is."""
     out, _ = ppocr_host
     env = {"EDGEKIT_DEVICE_ROOT": str(tmp_path / "device")}
-    agent_root = tmp_path / "device-paddlelite"
+    agent_root = agent_roots("device-paddlelite", python=env_python)
     try:
         run_cli("deploy", out, "--local", "--runs", "5", "--json", env=env, check=0)
         plain = run_cli("models", "--local", env=env, check=0)
@@ -205,5 +199,4 @@ def test_device_commands_reach_the_backend_agent(ppocr_host, env_python, tmp_pat
         )
         assert st["running"] and st["root"] == str(agent_root)
     finally:
-        stop_agent(env_python, agent_root)
         run_cli("agent", "stop", "--local", env=env)

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import onnx
 import pytest
-from conftest import one_json, run_cli
+from harness import one_json, run_cli
 from onnx import numpy_helper
 
 pytest.importorskip("sklearn")
@@ -41,7 +41,7 @@ def _inits(path):
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    from digits import make_digits_model
+    from harness.digits import make_digits_model
 
     return make_digits_model(tmp_path_factory.mktemp("digits"))
 
@@ -55,7 +55,7 @@ def _accuracy(path, npz):
 
 # -- rewiring -------------------------------------------------------------------------
 def test_rewiring_is_exact_when_removing_dead_channels(tmp_path):
-    from models import prunable_cnn
+    from harness.models import prunable_cnn
 
     from edgekit.passes import PrunePass
 
@@ -99,7 +99,7 @@ def test_rewiring_is_exact_when_removing_dead_channels(tmp_path):
 
 
 def test_zero_ratio_changes_nothing_but_the_layout(tmp_path):
-    from models import prunable_cnn
+    from harness.models import prunable_cnn
 
     from edgekit.passes import PrunePass
 
@@ -111,7 +111,7 @@ def test_zero_ratio_changes_nothing_but_the_layout(tmp_path):
 
 
 # -- a trained CNN (digits) -------------------------------------------------------------
-C1, C3 = 24, 48  # tests/digits.py CHANNELS: conv1 and conv2 share the residual's channels
+C1, C3 = 24, 48  # tests/harness/digits.py CHANNELS: conv1 and conv2 share the residual's channels
 
 
 def _digits_calib(digits):
@@ -329,7 +329,7 @@ def test_fidelity_gate_refuses_heavy_pruning(tmp_path, digits):
 
 def test_real_model_ppocr_is_pruned_and_still_runs(tmp_path):
     """PP-OCR: weights in Constant nodes, biases built by Reshape, hard-swish, squeeze-excite, a hard-coded Reshape."""
-    from conftest import PPOCR
+    from harness import PPOCR
 
     from edgekit.model import load_model
     from edgekit.passes import PrunePass
@@ -356,7 +356,7 @@ def test_real_model_ppocr_is_pruned_and_still_runs(tmp_path):
 
 def test_sensitivity_allocation_spares_fragile_groups(tmp_path, textlines):
     """PP-OCR at 30 %: the same channel budget taken where the outputs care least keeps the classifier working."""
-    from conftest import PPOCR
+    from harness import PPOCR
 
     from edgekit.data import Dataset
     from edgekit.model import load_model
@@ -395,7 +395,7 @@ def test_sensitivity_allocation_spares_fragile_groups(tmp_path, textlines):
 
 def test_weights_listed_as_graph_inputs_are_pruned_too(tmp_path):
     """Older exporters list every initializer among the graph inputs: they are weights all the same."""
-    from models import prunable_cnn
+    from harness.models import prunable_cnn
 
     from edgekit.passes import PrunePass
 

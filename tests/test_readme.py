@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from harness import ROOT
 
 
 def tour_commands(readme=ROOT / "README.md"):

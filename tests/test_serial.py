@@ -9,8 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import one_json, run_cli, stop_agent
-from serialdev import Cable
+from harness import one_json, run_cli
+from harness.pythons import find_python, missing
+from harness.serialdev import Cable
 
 import edgekit
 from edgekit.deployer import deploy, open_device
@@ -21,7 +22,7 @@ from edgekit_agent import serial_endpoint as proto
 pytest.importorskip("serial")
 pytestmark = pytest.mark.e2e
 
-PY37 = sorted(Path.home().glob(".pyenv/versions/3.7*/bin/python3.7"))
+PY37 = find_python("3.7")
 
 
 def device_env(tmp_path, python_dir=None):
@@ -40,10 +41,8 @@ def cable(tmp_path):
 
 
 @pytest.fixture
-def device_root(tmp_path):
-    root = tmp_path / "serial-device"
-    yield root
-    stop_agent(sys.executable, root)
+def device_root(agent_roots):
+    return agent_roots("serial-device")
 
 
 def sha256(path):
@@ -116,10 +115,10 @@ def test_other_console_shells(shell, tmp_path):
                 assert t.run(["echo", "hello"]).stdout == "hello\n"
 
 
-@pytest.mark.skipif(not PY37, reason="needs a Python 3.7 (pyenv) for the device end")
+@pytest.mark.skipif(PY37 is None, reason=missing("3.7"))
 def test_corrupted_and_dropped_frames_are_resent(tmp_path):
     """The endpoint runs on Python 3.7; the cable damages frames both ways; the data still arrives intact."""
-    with Cable(env=device_env(tmp_path, python_dir=str(PY37[0].parent))) as cable:
+    with Cable(env=device_env(tmp_path, python_dir=os.path.dirname(PY37))) as cable:
         src = tmp_path / "model.bin"
         src.write_bytes(os.urandom(400_000))
         dst = tmp_path / "remote" / "model.bin"
@@ -394,7 +393,7 @@ def test_cli_deploy_and_bench_over_serial(cable, tiny_bundle, device_root):
 
 
 def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle, tiny_calib, tmp_path, device_root):
-    from models import tiny_cnn
+    from harness.models import tiny_cnn
 
     with open_device("serial", cable.port, device_python=sys.executable, device_root=str(device_root)) as dev:
         v1 = deploy(tiny_bundle, dev, bench=False)["installed"]["version"]

@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import one_json, run_cli, stop_agent
+from harness import one_json, run_cli
 
 import edgekit
 from edgekit.deployer import deploy, open_device
@@ -14,10 +14,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def device_root(tmp_path):
-    root = tmp_path / "remote-device"
-    yield root
-    stop_agent(sys.executable, root)
+def device_root(agent_roots):
+    return agent_roots("remote-device")
 
 
 def ssh_device(sshd, root):
@@ -32,7 +30,7 @@ def ssh_device(sshd, root):
 
 
 def test_cli_deploy_over_ssh_with_ssh_config(sshd, tiny_bundle, device_root):
-    from sshd import SSH_CONFIG_HOST
+    from harness.sshd import SSH_CONFIG_HOST
 
     p = run_cli(
         "deploy",

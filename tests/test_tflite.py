@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from harness import run_cli
 
 pytest.importorskip("ai_edge_litert")
 from edgekit import toolenvs  # noqa: E402

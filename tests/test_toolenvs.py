@@ -393,7 +393,7 @@ def test_interrupted_run_tool_stops_the_tool(envroot, tmp_path):
 def test_without_interpreters_each_fix_is_said_once(tmp_path, tiny_model):
     """No Python for any tool environment: the messages say how to get one, once, and never ask to install a
     runtime that is installed (LiteRT)."""
-    from conftest import run_cli
+    from harness import run_cli
 
     env = {
         "PATH": f"{Path(sys.executable).parent}:/nonexistent-bin",

@@ -67,6 +67,17 @@ exec "$@"
 """
 
 
+#: Variables a session gets from the environment sshd was started in (``SetEnv``): a session's HOME, caches and
+#: temporary files stay where the starting process keeps its own (a test run's own HOME: tests/harness/isolation.py),
+#: not in the HOME that /etc/passwd names.
+SESSION_ENV = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "TMPDIR")
+
+
+def _session_env() -> str:
+    pairs = [f'{k}="{os.environ[k]}"' for k in SESSION_ENV if os.environ.get(k) and '"' not in os.environ[k]]
+    return f"SetEnv {' '.join(pairs)}\n" if pairs else ""
+
+
 def find_sshd() -> str:
     """Return the path of the OpenSSH server binary, or raise RuntimeError."""
     candidates = [shutil.which("sshd")]
@@ -277,7 +288,7 @@ class ThrowawaySSHD:
                 "PrintMotd no\n"
                 "PrintLastLog no\n"
                 "Subsystem sftp internal-sftp\n"
-                "LogLevel VERBOSE\n"
+                "LogLevel VERBOSE\n" + _session_env()
             )
         with open(self.ssh_config, "w") as f:
             f.write(

@@ -6,7 +6,7 @@ never touched)::
     ekf<pid>c  "controller": a bridge br0 with 10.213.0.1/24; the host-side process
                that deploys runs in here (``lab.exec_prefix``)
     ekf<pid>dN one per device: eth0 = 10.213.0.(10+N)/24, a veth to the bridge, and a
-               real OpenSSH server on port 2222 (tests/sshd.py, ``netns=``)
+               real OpenSSH server on port 2222 (tests/harness/sshd.py, ``netns=``)
 
 A slow device gets ``tc netem delay`` where the kernel has netem, otherwise a
 token-bucket rate limit (``tbf``) on both ends of its link (``device.shaping`` says
@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 
-from sshd import ThrowawaySSHD
+from harness.sshd import ThrowawaySSHD
 
 PREFIX = "ekf"
 SUBNET = "10.213.0"
