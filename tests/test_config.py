@@ -121,3 +121,43 @@ def test_an_unknown_device_name(tmp_path):
         cfg.resolve_device("pie")
     with pytest.raises(ConfigError, match=r"no configuration file at"):
         Config().resolve_device("pi")
+
+
+def _cli(argv, monkeypatch, env):
+    from edgekit.cli import main
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for var in ("EDGEKIT_CONFIG", "EDGEKIT_PROFILE", "EDGEKIT_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return main([str(a) for a in argv])
+
+
+@pytest.mark.e2e  # a real build
+def test_the_cli_takes_the_default_profile_and_paths_from_the_file(tmp_path, monkeypatch, capsys, tiny_model):
+    env = write(tmp_path, f'[defaults]\nprofile = "host"\n\n[paths]\ncache = "{tmp_path / "ek-cache"}"\n')
+    out = tmp_path / "out"
+    assert _cli(["build", tiny_model, "--precision", "fp32", "-o", out, "--json"], monkeypatch, env) == 0
+    assert '"profile": "host"' in capsys.readouterr().out
+    assert os.environ["EDGEKIT_CACHE_DIR"] == str(tmp_path / "ek-cache") and (tmp_path / "ek-cache").is_dir()
+
+
+def test_the_cli_without_a_profile_anywhere_says_how_to_set_one(tmp_path, monkeypatch, capsys, tiny_model):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "none"), "HOME": str(tmp_path / "home")}
+    assert _cli(["build", tiny_model, "-o", tmp_path / "out"], monkeypatch, env) == 1
+    err = capsys.readouterr().err
+    assert "no --profile given" in err and "[defaults]" in err and not (tmp_path / "out").exists()
+
+
+def test_the_cli_reaches_a_device_by_its_configured_name(tmp_path, monkeypatch, capsys):
+    from edgekit.cli import options, parser
+
+    env = write(tmp_path, '[devices]\nlab-pi = "ssh://pi@raspberrypi.local:2222"\nhere = "local://"\n')
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = parser().parse_args(["models", "--device", "lab-pi"])
+    kind, target, _ = options.device_target(args)
+    assert (kind, target) == ("ssh", "pi@raspberrypi.local:2222")
+    assert options.device_target(parser().parse_args(["models", "--device", "here"]))[0] == "local"
+    assert _cli(["models", "--device", "lab-p"], monkeypatch, env) == 1
+    assert "did you mean 'lab-pi'?" in capsys.readouterr().err

@@ -51,6 +51,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _apply_config(args: argparse.Namespace) -> None:
+    """Defaults the user set once (``~/.config/edgekit/config.toml`` and EDGEKIT_* variables): paths become the
+    variables edgekit's modules read (a variable already set wins), and a command's missing ``--profile`` takes the
+    configured default profile (``build``)."""
+    import os
+
+    from ..config import load_config
+
+    config = load_config()
+    config.export(os.environ)
+    if getattr(args, "command", None) == "build" and args.profile is None:
+        if not config.profile:
+            raise EdgekitError(
+                "no --profile given and no default profile configured: pass --profile NAME (see `edgekit profiles`) or "
+                f'set profile = "NAME" under [defaults] in {config.path or "~/.config/edgekit/config.toml"}'
+            )
+        args.profile = config.profile
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args, extras = p.parse_known_args(argv)
@@ -60,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.print_help()
         return 2
     try:
+        _apply_config(args)
         return args.func(args)
     except EdgekitError as e:
         error(str(e))

@@ -18,7 +18,10 @@ PRECISION_CHOICES = ["auto", *TABLE.precisions()]
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("build", help="convert and shrink a model for a device profile into a bundle")
     s.add_argument("model", help="ONNX model file")
-    s.add_argument("--profile", required=True, help="device profile (see `edgekit profiles`), or a .toml file")
+    s.add_argument(
+        "--profile",
+        help="device profile (see `edgekit profiles`), or a .toml file; default: the configuration file's profile",
+    )
     s.add_argument("-o", "--output", required=True, help="bundle directory to write")
     s.add_argument(
         "--backend",

@@ -48,6 +48,12 @@ def device_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGro
     for cls in kinds.values():
         for flag in cls.flags:
             _add(p, flag)
+    where.add_argument(
+        "--device",
+        metavar="NAME",
+        help="a device by name from [devices] in the configuration file (~/.config/edgekit/config.toml), or a URL "
+        "(ssh://USER@HOST, adb://SERIAL, serial:///dev/ttyUSB0, local://)",
+    )
     for flag in DEVICE_FLAGS:
         _add(p, flag)
     return where
@@ -118,6 +124,13 @@ def check_transport_flags(args: argparse.Namespace) -> None:
 def device_target(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
     """``(kind, target, options)`` from the device flags of a command (``--local`` when none is given)."""
     check_transport_flags(args)
+    named = getattr(args, "device", None)
+    if named:
+        from ..config import load_config
+        from ..transports import parse_url
+
+        address = parse_url(load_config().resolve_device(named))
+        return address.kind, address.target, dict(address.options)
     for kind, cls in all_transports().items():
         if cls.is_host or cls.selector is None:
             continue
