@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, converters, fidelity, profiles, progress
+from . import __version__, cache, converters, fidelity, profiles, progress, tasks
 from . import bundle as bundle_mod
 from .data import load_dataset, save_samples, synthetic_dataset
 from .errors import ProfileError
@@ -25,6 +25,7 @@ FIDELITY_SAMPLES = 400
 CACHE_EPOCH = 3  # bump when what a build writes changes, so older cached bundles are not reused
 SLOWER = 0.95  # a shrunk build under 0.95x the reference's speed counts as measured slower
 CALIB_SAMPLES = 256
+GENERIC_GATE = ("classification", "generic")  # inferred task families judged by the generic gate
 
 
 def build(
@@ -48,6 +49,9 @@ def build(
     prune=None,
     prune_mode=None,
     prune_recipe=None,
+    task=None,
+    metric=None,
+    min_score=None,
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
@@ -73,6 +77,9 @@ def build(
         use_cache=use_cache,
         log=log,
         budget=budget,
+        task=task,
+        metric=metric,
+        min_score=min_score,
         prune=prune,
         prune_mode=prune_mode,
         prune_recipe=prune_recipe,
@@ -200,6 +207,9 @@ def _build_one(
     prune=None,
     prune_mode=None,
     prune_recipe=None,
+    task=None,
+    metric=None,
+    min_score=None,
 ):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -225,7 +235,10 @@ def _build_one(
         raise ProfileError(
             f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}"
         )
-    thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop)
+    thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop, min_score=min_score)
+    if task is not None:
+        tasks.parse_task(task)  # a bad --task is refused before any work
+    user_metric = tasks.load_metric(metric) if metric else None
     if budget is not None:  # INT8 with layers kept float until the budget holds (edgekit.passes.mixed_precision)
         from .passes.mixed_precision import prepare
 
@@ -253,6 +266,8 @@ def _build_one(
             "val": cache.path_digest(val),
             "preprocess": preprocess,
             "thresholds": thresholds.to_dict(),
+            "task": None if task is None else str(task),
+            "metric": None if user_metric is None else [user_metric.name, user_metric.sha256],
             "allow_degraded": allow_degraded,
             "name": bundle_name,
             **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
@@ -285,6 +300,16 @@ def _build_one(
         session = converters.BuildSession.for_source(src)
         with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
             reference_outputs = _reference_outputs(be, reference_path, fid_ds, session)
+        inferred = tasks.resolve_task(task, reference_path, reference_outputs[0], fid_ds.samples[0])
+        # the task's own metric decides where the generic gate is known to be wrong (detections, maps, sequences...);
+        # a classifier inferred as such keeps the generic gate (cosine, top-1, accuracy), which is its metric
+        judged_by = inferred if not (inferred.inferred and inferred.spec.family in GENERIC_GATE) else None
+        task_section = {
+            **inferred.to_dict(),
+            "gate": "task metric" if judged_by is not None else "generic (cosine, top-1 on class axes, accuracy)",
+            **({"metric": {"name": user_metric.name, "sha256": user_metric.sha256}} if user_metric else {}),
+        }
+        log(f"task: {inferred.spec} ({inferred.reason}); judged by the {task_section['gate']}")
         steps = []
         last_outputs = [reference_outputs]
 
@@ -292,7 +317,16 @@ def _build_one(
             with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
                 outputs = be.predict(model_path, fid_ds.samples, session=session)
             last_outputs[0] = outputs
-            record = fidelity.check_step(step, reference_outputs, outputs, fid_ds.labels, thresholds, allow_degraded)
+            record = fidelity.check_step(
+                step,
+                reference_outputs,
+                outputs,
+                fid_ds.labels,
+                thresholds,
+                allow_degraded,
+                task=judged_by,
+                metric=user_metric,
+            )
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
             return record
@@ -395,6 +429,7 @@ def _build_one(
                 # the model file plus its external weights (OpenVINO's model.bin beside model.xml)
                 "model_size_bytes": sum(f["size"] for f in files if f["role"] in ("model", "weights")),
                 "source_size_bytes": src.path.stat().st_size,
+                "task": task_section,
                 "fidelity": {
                     "data": fid_ds.describe(),
                     "measured_on": f"this machine ({profiles.detect_host().arch}, {be.runtime} CPU); the device "

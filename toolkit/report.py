@@ -34,6 +34,9 @@ def build_text(r):
     ]
     lines += [f"    {f['name']:<28} {_kb(f['size']):>10}  sha256 {f['sha256'][:16]}..." for f in r["files"]]
     fid = r["fidelity"]
+    if r.get("task"):
+        t = r["task"]
+        lines.append(f"  task       {t['spec']} ({t['reason']}); gate: {t['gate']}")
     lines.append(
         f"  fidelity on {fid['data']['samples']} samples from {fid['data']['source']}: "
         f"{'PASSED' if fid['passed'] else 'DEGRADED (allowed)' if fid['degraded_allowed'] else 'FAILED'}"

@@ -44,6 +44,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--min-cosine", type=float, help="fidelity threshold: minimum cosine similarity")
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
     s.add_argument("--max-accuracy-drop", type=float, help="fidelity threshold: accuracy points (with labels)")
+    s.add_argument(
+        "--task",
+        help="what the model is for, judged by its own metric (default: inferred from the model, the reason in the "
+        "report): classification, detection[:yolov8|yolov5|yolox|picodet|ssd|nms][,conf=0.25,iou=0.45], "
+        "segmentation, dense[,thresh=0.3], keypoints, ctc[,blank=0], embedding, generic (docs/TASKS.md)",
+    )
+    s.add_argument(
+        "--metric",
+        metavar="MODULE:FUNCTION",
+        help="your own fidelity metric: f(reference_outputs, candidate_outputs, labels) -> score, higher is better "
+        "(module name or path/to/file.py); it gates every step",
+    )
+    s.add_argument("--min-score", type=float, help="fidelity threshold for the task metric or --metric")
     s.add_argument("--allow-degraded", action="store_true", help="write the bundle even if fidelity fails (marked)")
     s.add_argument(
         "--budget",
@@ -134,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
             min_top1=args.min_top1,
             max_accuracy_drop=args.max_accuracy_drop,
             allow_degraded=args.allow_degraded,
+            task=args.task,
+            metric=args.metric,
+            min_score=args.min_score,
             budget=args.budget,
             prune=args.prune,
             prune_mode=args.prune_mode,
@@ -197,6 +213,9 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         min_cosine=args.min_cosine,
         min_top1=args.min_top1,
         max_accuracy_drop=args.max_accuracy_drop,
+        task=args.task,
+        metric=args.metric,
+        min_score=args.min_score,
     )
     emit(args, report, auto_text)
     return 0
