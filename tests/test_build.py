@@ -71,6 +71,24 @@ def test_int8_without_calibration_is_refused(tmp_path, tiny_model):
     assert not (tmp_path / "x").exists()
 
 
+def test_int8_without_calibration_is_refused_before_any_work(tmp_path, tiny_model):
+    """No reference run on synthetic samples first: the refusal says how to make data or what else to choose."""
+    said = []
+    with pytest.raises(DataError) as e:
+        edgekit.build(tiny_model, "raspberrypi5", tmp_path / "x", precision="int8", log=said.append)
+    assert said == []
+    message = str(e.value)
+    for part in (
+        "needs calibration data",
+        "examples/textlines.py",
+        "--calib DIR",
+        "--preprocess",
+        "Or choose --precision",
+        "fp32",
+    ):
+        assert part in message, message
+
+
 def test_fp16_and_dynamic_warn_honestly(tmp_path, tiny_model, tiny_calib):
     r = edgekit.build(tiny_model, "host", tmp_path / "h", precision="fp16", calib=tiny_calib)
     assert r["fidelity"]["passed"] and any("fp16" in w for w in r["warnings"])

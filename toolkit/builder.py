@@ -16,8 +16,8 @@ import numpy as np
 
 from . import __version__, cache, converters, fidelity, profiles, progress
 from . import bundle as bundle_mod
-from .data import load_dataset, save_samples, synthetic_dataset
-from .errors import ProfileError
+from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
+from .errors import DataError, ProfileError
 from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
@@ -225,6 +225,8 @@ def _build_one(
         raise ProfileError(
             f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}"
         )
+    if precision == "int8" and calib_ds is None:
+        raise DataError(int8_needs_calibration(backend, be.precisions))
     thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop)
     if budget is not None:  # INT8 with layers kept float until the budget holds (edgekit.passes.mixed_precision)
         from .passes.mixed_precision import prepare
