@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, converters, fidelity, profiles, progress
+from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints
 from . import bundle as bundle_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
 from .errors import DataError, ProfileError
@@ -214,7 +214,7 @@ def _build_one(
         )
     bundle_mod.check_output(output)
 
-    src = load_model(model, input_shapes)
+    src = load_model(model, input_shapes, shape_hints.data_reader([calib, val], preprocess))
     calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
     val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
     fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
