@@ -407,7 +407,9 @@ def _build_one(
                     "degraded_allowed": bool(degraded and allow_degraded),
                     "steps": steps,
                 },
+                "source_nodes": len(src.proto.graph.node),
                 "ops": result.ops,
+                "ops_graph": result.ops_graph,
                 "host_latency": host_latency,
                 "warnings": warnings
                 + (
