@@ -248,3 +248,32 @@ def test_verbose_flag_on_the_long_commands(monkeypatch):
     with pytest.raises(SystemExit) as e:
         parser().parse_args(["build", "m.onnx", "-o", "o", "-v", "-q"])
     assert e.value.code == 2
+
+
+def test_fleet_runs_show_devices_done(monkeypatch, tiny_bundle):
+    """deploy_fleet/bench_fleet take a Progress: one step over the devices, advancing as each one finishes."""
+    from edgekit import fleet
+
+    def work(job, action, bundle_dir, profile, backend, kwargs):
+        job.row = fleet._row(job.fd, "ok", 0.0)
+        job.done.set()
+
+    monkeypatch.setattr(fleet, "_work", work)
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)  # every advance gets its line
+    devices = [fleet.FleetDevice(f"d{i}", "local://", "local", None, {}) for i in range(3)]
+    out = io.StringIO()
+    rows = fleet.deploy_fleet(tiny_bundle, devices, jobs=1, log=Progress("plain", out))
+    assert [r["status"] for r in rows] == ["ok"] * 3
+    text = out.getvalue()
+    assert text.startswith("deploying to 3 device(s) (0/3) ...\n"), text
+    assert "deploying to 3 device(s): 1/3" in text and "deploying to 3 device(s): 2/3" in text, text
+    seen = []
+    fleet.bench_fleet(tiny_bundle, devices[:1], log=seen.append)  # a plain log: its output as before (nothing)
+    assert seen == []
+    live = Progress("plain", io.StringIO())
+    steps = []
+    monkeypatch.setattr(
+        live, "step", lambda name, total=None, unit="": steps.append((name, total)) or progress.Step(live, name, total)
+    )
+    fleet.bench_fleet(tiny_bundle, devices, log=live)
+    assert steps == [("benchmarking on 3 device(s)", 3)]
