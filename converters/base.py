@@ -57,6 +57,7 @@ class BuildResult:
     runtime_version: str = ""
     format: str = ""
     ops: list = field(default_factory=list)
+    ops_graph: str = ""  # what ``ops`` counts the nodes of, e.g. "the built ONNX graph"
     sections: dict = field(default_factory=dict)  # backend-specific report sections
     warnings: list = field(default_factory=list)
     runner_options: dict = field(default_factory=dict)  # defaults the agent's runner uses

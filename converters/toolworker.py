@@ -307,7 +307,12 @@ class ToolEnvBackend(Backend):
         raise NotImplementedError
 
     def quiet(self, log):
-        """Tool output on the log without the converters' progress chatter."""
+        """Tool output for the log: to a Progress's ``detail`` whole (shown with --verbose), to a plain log
+        without the converters' progress chatter."""
+        from edgekit.progress import Progress
+
+        if isinstance(log, Progress):
+            return lambda line: log.detail(f"    {line}") if line.strip() else None
         noise = self.noise
 
         def out(line):

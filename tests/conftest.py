@@ -68,6 +68,16 @@ def isolated_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 @e2e.run_wide
+def host_processor_is_read_once():
+    """``platform.processor()`` runs ``uname -p`` once per process and caches it: read it before any test watches
+    processes, so the first fast test that detects the host profile is not blamed for it."""
+    import platform
+
+    platform.processor()
+
+
+@pytest.fixture(scope="session", autouse=True)
+@e2e.run_wide
 def shipped_model_is_never_written():
     """Builds read their input; nothing in the suite may write over the model the project ships."""
     from edgekit.model import file_sha256

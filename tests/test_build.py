@@ -71,6 +71,24 @@ def test_int8_without_calibration_is_refused(tmp_path, tiny_model):
     assert not (tmp_path / "x").exists()
 
 
+def test_int8_without_calibration_is_refused_before_any_work(tmp_path, tiny_model):
+    """No reference run on synthetic samples first: the refusal says how to make data or what else to choose."""
+    said = []
+    with pytest.raises(DataError) as e:
+        edgekit.build(tiny_model, "raspberrypi5", tmp_path / "x", precision="int8", log=said.append)
+    assert said == []
+    message = str(e.value)
+    for part in (
+        "needs calibration data",
+        "examples/textlines.py",
+        "--calib DIR",
+        "--preprocess",
+        "Or choose --precision",
+        "fp32",
+    ):
+        assert part in message, message
+
+
 def test_fp16_and_dynamic_warn_honestly(tmp_path, tiny_model, tiny_calib):
     r = edgekit.build(tiny_model, "host", tmp_path / "h", precision="fp16", calib=tiny_calib)
     assert r["fidelity"]["passed"] and any("fp16" in w for w in r["warnings"])
@@ -164,3 +182,19 @@ def test_host_int8_build_is_timed_here(tmp_path, tiny_model, tiny_calib):
         edgekit.build(tiny_model, "raspberrypi5", tmp_path / "p", precision="int8", calib=tiny_calib)["host_latency"]
         is None
     )
+
+
+def test_build_report_says_what_each_node_count_counts(tmp_path, tiny_model, tiny_calib):
+    """The source graph, the built graph's operators, ORT's usability check and the placement count different
+    graphs: the text report names the graph of each."""
+    r = edgekit.build(tiny_model, "pixel-8", tmp_path / "p", precision="int8", calib=tiny_calib)
+    assert r["source_nodes"] == 8 and r["ops_graph"].startswith("the built ONNX graph")
+    text = (tmp_path / "p" / "report.txt").read_text()
+    assert "source     8 nodes in the ONNX graph as given (tiny_cnn.onnx)" in text, text
+    built = sum(o["count"] for o in r["ops"])
+    assert f"operators of the built ONNX graph (before its conversion to the ORT format): {built} nodes" in text
+    assert (
+        "NNAPI check (ONNX Runtime's usability checker): " in text
+        and " nodes of the built ONNX graph supported" in text
+    )
+    assert "nodes of the ONNX graph converted to model.ort on the accelerator" in text, text

@@ -376,6 +376,18 @@ def test_build_of_a_directory(cli, tmp_path, tiny_model):
     assert "not found" not in p.stderr and not (tmp_path / "o").exists()
 
 
+def test_build_of_a_dynamic_model_suggests_the_shape_of_the_data(cli, tmp_path):
+    """The dynamic-dimension refusal reads --calib/--val: a concrete --input-shape, before any work."""
+    import numpy as np
+    from harness.models import dynamic_model
+
+    m = dynamic_model(tmp_path / "m.onnx", {"x": ["N", 3, "h", "w"]})
+    np.savez(tmp_path / "val.npz", x=np.zeros((4, 3, 20, 30), np.float32))
+    p = cli("build", m, "--profile", "raspberrypi5", "-o", tmp_path / "o", "--val", tmp_path / "val.npz")
+    assert p.returncode == 1 and "--input-shape x=1,3,20,30 (" in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_field_report_without_data_and_a_store_that_does_not_exist(cli, tmp_path):
     new = tmp_path / "new.db"
     p = cli("field", "report", "--store", new)
@@ -479,3 +491,24 @@ def test_a_transport_is_one_module_and_one_registry_row(cli, monkeypatch, tiny_b
         assert one_json(r.stdout)["transport"] == "pipe p1 (4 wide)" and seen == [("p1", 4)]
     finally:
         stop_agent(sys.executable, root)
+
+
+def test_fleet_commands_pass_their_progress(cli, monkeypatch, tmp_path):
+    """`deploy --fleet` hands fleet.run_fleet the command's Progress (quiet with --json, verbose with -v)."""
+    from edgekit import fleet
+    from edgekit.progress import Progress
+
+    seen = []
+
+    def run_fleet(action, bundle, devices, log=None, **kwargs):
+        seen.append((action, [d.name for d in devices], log))
+        return [fleet._row(d, "ok", 0.0) for d in devices]
+
+    monkeypatch.setattr(fleet, "run_fleet", run_fleet)
+    inventory = tmp_path / "fleet.toml"
+    inventory.write_text('[[device]]\nname = "a"\nurl = "local://"\n\n[[device]]\nname = "b"\nurl = "local://"\n')
+    assert cli("deploy", tmp_path, "--fleet", inventory, "-v").returncode == 0
+    assert cli("bench", tmp_path, "--fleet", inventory, "--json").returncode == 0
+    (a1, names, log1), (a2, _, log2) = seen
+    assert (a1, a2, names) == ("deploy", "bench", ["a", "b"])
+    assert isinstance(log1, Progress) and log1.verbose and log1.mode != "quiet" and log2.mode == "quiet"

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from harness.models import dynamic_model
 
 import edgekit
 from edgekit.data import load_dataset
@@ -90,3 +91,40 @@ def test_public_api_all_is_sorted_and_resolves():
     assert edgekit.__all__ == sorted(edgekit.__all__)
     for name in edgekit.__all__:
         assert getattr(edgekit, name) is not None
+
+
+def test_dynamic_dims_error_names_only_the_dynamic_ones_and_guesses_the_batch(tmp_path):
+    """A size-1 dimension is not called dynamic; a symbolic or unset one is, by name; no ``<...>`` placeholders."""
+    m = dynamic_model(tmp_path / "m.onnx", {"x": [1, "height", None, 3]})
+    with pytest.raises(ModelError) as e:
+        load_model(m)
+    text = str(e.value)
+    assert "height (position 1), W (position 2)" in text and "position 0" not in text and "<" not in text, text
+    assert "--input-shape x=1,height,W,3" in text and "replaced by the sizes of your data" in text, text
+    m = dynamic_model(tmp_path / "n.onnx", {"x": ["batch", 3, 8, 8]})
+    assert load_model(m).inputs[0].shape == [1, 3, 8, 8]  # a dynamic batch alone is fixed to 1, as before
+    m = dynamic_model(tmp_path / "b.onnx", {"x": ["batch", 3, "h", 8]})
+    with pytest.raises(ModelError, match=r"--input-shape x=1,3,h,8 \(batch=1 is a guess \(batch 1\)\)"):
+        load_model(m)
+
+
+def test_dynamic_dims_error_suggests_the_shape_of_the_data_per_input(tmp_path):
+    from edgekit.shape_hints import data_reader
+
+    m = dynamic_model(tmp_path / "m.onnx", {"x": ["N", 3, "h", "w"], "ids": ["N", "len"]})
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=np.zeros((5, 3, 20, 30), np.float32), ids=np.zeros((5, 1, 7), np.float32))
+    with pytest.raises(ModelError) as e:
+        load_model(m, None, data_reader([None, data]))
+    text = str(e.value)
+    assert "--input-shape x=1,3,20,30 --input-shape ids=1,7" in text, text
+    assert "x: N=1 as edgekit runs the samples of calib.npz one at a time" in text and "x: h=20 from calib.npz" in text
+    assert "ids: N=1 from calib.npz" in text and "replaced by" not in text, text
+    m = load_model(m, {"x": [1, 3, 20, 30], "ids": [1, 7]})  # what it suggests builds
+    assert [s.shape for s in m.inputs] == [[1, 3, 20, 30], [1, 7]]
+
+
+def test_dynamic_dims_error_reads_the_model_metadata(tmp_path):
+    m = dynamic_model(tmp_path / "m.onnx", {"x": ["N", 3, "height", "width"]}, {"height": "48", "width": "192"})
+    with pytest.raises(ModelError, match=r"--input-shape x=1,3,48,192 .*height=48 from the model's metadata"):
+        load_model(m)

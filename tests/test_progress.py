@@ -163,6 +163,7 @@ def test_bad_mode():
         Progress("fancy")
 
 
+@pytest.mark.e2e  # it runs sh
 def test_tool_environment_creation_counts_pips_packages():
     """pip's 'Collecting' lines advance the creation step; its whole output is shown only with --verbose; a plain
     log callable still gets pip's progress-like lines, as before."""
@@ -189,3 +190,90 @@ def test_tool_environment_creation_counts_pips_packages():
         "  Collecting numpy==2.1.0",
         "  Installing collected packages: numpy, onnx",
     ]
+
+
+def test_a_tool_environment_converters_output_is_a_detail(tmp_path, monkeypatch):
+    """run_tool sends the converter's stderr to a Progress's detail (shown with --verbose only) and, as before,
+    to a plain log callable; the backends' filter keeps a plain log free of the converters' chatter."""
+    import sys
+
+    from edgekit import converters, toolenvs
+
+    monkeypatch.setattr(toolenvs, "ensure", lambda spec, log=None: sys.executable)
+    script = tmp_path / "tool.py"
+    script.write_text(
+        "import json, sys\n"
+        "print('Converting node 7', file=sys.stderr)\n"
+        "print('converted: 3 ops', file=sys.stderr)\n"
+        "open(sys.argv[2], 'w').write(json.dumps({'ok': True}))\n"
+    )
+    spec = converters.get("paddlelite").toolenv
+    shown = {}
+    for verbose in (False, True):
+        out = io.StringIO()
+        assert toolenvs.run_tool(spec, script, {}, tmp_path / str(verbose), log=Progress("plain", out, verbose))
+        shown[verbose] = out.getvalue()
+    assert shown[False] == "" and "converted: 3 ops" in shown[True] and "Converting node 7" in shown[True]
+    json_out = io.StringIO()
+    toolenvs.run_tool(
+        spec, script, {}, tmp_path / "j", log=Progress.for_command(json=True, verbose=True, stream=json_out)
+    )
+    assert "converted: 3 ops" in json_out.getvalue()
+    backend = converters.get("paddlelite")
+    lines = []
+    toolenvs.run_tool(spec, script, {}, tmp_path / "plain", log=backend.quiet(lines.append))
+    assert lines == ["    converted: 3 ops"]  # a plain log: filtered, as before
+    out = io.StringIO()
+    toolenvs.run_tool(spec, script, {}, tmp_path / "pv", log=backend.quiet(Progress("plain", out, verbose=True)))
+    assert "    Converting node 7" in out.getvalue()  # --verbose: the whole output
+    out = io.StringIO()
+    toolenvs.run_tool(spec, script, {}, tmp_path / "pq", log=backend.quiet(Progress("plain", out, verbose=False)))
+    assert out.getvalue() == ""
+
+
+def test_verbose_flag_on_the_long_commands(monkeypatch):
+    from edgekit.cli import parser
+    from edgekit.cli.output import logger
+
+    for argv in (
+        ["build", "m.onnx", "-o", "o", "-v"],
+        ["deploy", "b", "--local", "--verbose"],
+        ["backends", "install", "x", "-v"],
+    ):
+        args = parser().parse_args(argv)
+        assert args.verbose and logger(args).verbose, argv
+    assert logger(
+        parser().parse_args(["build", "m.onnx", "-o", "o", "-v", "--json"])
+    ).verbose  # on stderr; stdout is JSON
+    with pytest.raises(SystemExit) as e:
+        parser().parse_args(["build", "m.onnx", "-o", "o", "-v", "-q"])
+    assert e.value.code == 2
+
+
+def test_fleet_runs_show_devices_done(monkeypatch, tiny_bundle):
+    """deploy_fleet/bench_fleet take a Progress: one step over the devices, advancing as each one finishes."""
+    from edgekit import fleet
+
+    def work(job, action, bundle_dir, profile, backend, kwargs):
+        job.row = fleet._row(job.fd, "ok", 0.0)
+        job.done.set()
+
+    monkeypatch.setattr(fleet, "_work", work)
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)  # every advance gets its line
+    devices = [fleet.FleetDevice(f"d{i}", "local://", "local", None, {}) for i in range(3)]
+    out = io.StringIO()
+    rows = fleet.deploy_fleet(tiny_bundle, devices, jobs=1, log=Progress("plain", out))
+    assert [r["status"] for r in rows] == ["ok"] * 3
+    text = out.getvalue()
+    assert text.startswith("deploying to 3 device(s) (0/3) ...\n"), text
+    assert "deploying to 3 device(s): 1/3" in text and "deploying to 3 device(s): 2/3" in text, text
+    seen = []
+    fleet.bench_fleet(tiny_bundle, devices[:1], log=seen.append)  # a plain log: its output as before (nothing)
+    assert seen == []
+    live = Progress("plain", io.StringIO())
+    steps = []
+    monkeypatch.setattr(
+        live, "step", lambda name, total=None, unit="": steps.append((name, total)) or progress.Step(live, name, total)
+    )
+    fleet.bench_fleet(tiny_bundle, devices, log=live)
+    assert steps == [("benchmarking on 3 device(s)", 3)]

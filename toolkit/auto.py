@@ -317,7 +317,10 @@ def auto_build(
 
     if isinstance(input_shapes, (list, tuple)):
         input_shapes = parse_input_shapes(input_shapes)
-    load_model(model, input_shapes)  # a model every candidate would refuse is refused once, here
+    from .shape_hints import data_reader
+
+    # a model every candidate would refuse is refused once, here
+    load_model(model, input_shapes, data_reader([calib, val], preprocess))
     output = Path(output)
     base = name or Path(model).stem
     cands, skipped = plan(prof, backends, precisions, prune_levels, have_calib=bool(calib))

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, converters, fidelity, profiles, progress, tasks
+from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
 from . import bundle as bundle_mod
-from .data import load_dataset, save_samples, synthetic_dataset
-from .errors import ProfileError
+from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
+from .errors import DataError, ProfileError
 from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
@@ -224,7 +224,7 @@ def _build_one(
         )
     bundle_mod.check_output(output)
 
-    src = load_model(model, input_shapes)
+    src = load_model(model, input_shapes, shape_hints.data_reader([calib, val], preprocess))
     calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
     val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
     fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
@@ -235,6 +235,8 @@ def _build_one(
         raise ProfileError(
             f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}"
         )
+    if precision == "int8" and calib_ds is None:
+        raise DataError(int8_needs_calibration(backend, be.precisions))
     thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop, min_score=min_score)
     if task is not None:
         tasks.parse_task(task)  # a bad --task is refused before any work
@@ -440,7 +442,9 @@ def _build_one(
                     "degraded_allowed": bool(degraded and allow_degraded),
                     "steps": steps,
                 },
+                "source_nodes": len(src.proto.graph.node),
                 "ops": result.ops,
+                "ops_graph": result.ops_graph,
                 "host_latency": host_latency,
                 "warnings": warnings
                 + (

@@ -226,3 +226,15 @@ def save_samples(dataset, path, count=1):
     }
     np.savez(path, **arrays)
     return Path(path)
+
+
+def int8_needs_calibration(backend: str, precisions: "list[str] | tuple[str, ...]") -> str:
+    """The error for an int8 build with no ``--calib``: what int8 needs, how to make some, what else to choose."""
+    others = "/".join(p for p in ("fp16", "fp32") if p in precisions) or "fp32"
+    return (
+        f"--precision int8 ({backend}) needs calibration data from your domain, and no --calib was given. "
+        "Make some: for the example model, `python examples/textlines.py -n 200 -o calib.npz` then "
+        "--calib calib.npz; for your own model, an .npz with ~100-300 samples in arrays named like its inputs, "
+        'or --calib DIR (a folder of images) with --preprocess (e.g. "resize=224x224 scale=1/255"). '
+        f"Or choose --precision {others}."
+    )

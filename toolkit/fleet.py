@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import progress
 from .errors import EdgekitError, TransportError
 from .inventory import (  # noqa: F401  (the inventory's names, as edgekit.fleet has always offered them)
     SCHEMES,
@@ -168,9 +169,13 @@ def run_fleet(
     jobs: int = DEFAULT_JOBS,
     device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
     on_row: Callable[[Row], None] | None = None,
+    log: Callable[[str], Any] | None = None,
     **kwargs: Any,
 ) -> list[Row]:
-    """Deploy (``action="deploy"``) or bench a bundle on ``devices``; return one row per device, in order."""
+    """Deploy (``action="deploy"``) or bench a bundle on ``devices``; return one row per device, in order.
+
+    ``log``: a :class:`edgekit.progress.Progress` (or a plain ``log(message)``) that shows ``deploying to N
+    devices`` advancing as each device finishes (``on_row`` sees the device's row first)."""
     from . import agent_package
     from . import bundle as bundle_mod
     from .cache import cache_root
@@ -212,8 +217,11 @@ def run_fleet(
     def emit(job):
         if on_row:
             on_row(job.row)
+        shown.advance()
 
-    with cv:
+    prog = progress.of(log)
+    what = f"{'deploying to' if action == 'deploy' else 'benchmarking on'} {len(devices)} device(s)"
+    with prog.step(what, total=len(devices)) as shown, cv:
         while pending or running:
             while pending and len(running) < jobs:
                 start(pending.pop(0))
@@ -250,10 +258,13 @@ def deploy_fleet(
     jobs: int = DEFAULT_JOBS,
     device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
     on_row: Callable[[Row], None] | None = None,
+    log: Callable[[str], Any] | None = None,
     **kwargs: Any,
 ) -> list[Row]:
     """Install and benchmark ``bundle_dir`` on every device (see :func:`edgekit.deployer.deploy` for kwargs)."""
-    return run_fleet("deploy", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
+    return run_fleet(
+        "deploy", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, log=log, **kwargs
+    )
 
 
 def bench_fleet(
@@ -262,10 +273,13 @@ def bench_fleet(
     jobs: int = DEFAULT_JOBS,
     device_timeout: float | None = DEFAULT_DEVICE_TIMEOUT,
     on_row: Callable[[Row], None] | None = None,
+    log: Callable[[str], Any] | None = None,
     **kwargs: Any,
 ) -> list[Row]:
     """Benchmark ``bundle_dir`` where it is already deployed, on every device."""
-    return run_fleet("bench", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, **kwargs)
+    return run_fleet(
+        "bench", bundle_dir, devices, jobs=jobs, device_timeout=device_timeout, on_row=on_row, log=log, **kwargs
+    )
 
 
 # -- results -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from . import shape_hints
 from .errors import ModelError
 
 ONNX_TO_NUMPY = {
@@ -137,8 +138,13 @@ def file_sha256(path, chunk=1 << 20):
     return h.hexdigest()
 
 
-def load_model(path, input_shapes=None):
-    """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message."""
+def load_model(path, input_shapes=None, data_shapes=None):
+    """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message.
+
+    ``data_shapes``: a function ``input names -> {input: ([N, ...], source)}``, the shapes of the user's data
+    (:func:`edgekit.shape_hints.data_reader`), called only to
+    suggest an ``--input-shape`` when the model has dynamic dimensions (:mod:`edgekit.shape_hints`).
+    """
     path = Path(path)
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.onnx"))[:3]
@@ -172,6 +178,7 @@ def load_model(path, input_shapes=None):
         raise ModelError(
             f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}"
         )
+    hints = []
     for inp in graph_inputs:
         dims = inp.type.tensor_type.shape.dim
         if inp.name in shapes:
@@ -196,14 +203,10 @@ def load_model(path, input_shapes=None):
                 dims[0].Clear()
                 dims[0].dim_value = 1  # dynamic batch: build for batch 1
             elif missing:
-                shown = ",".join(
-                    ("1" if i == 0 else f"<{d.dim_param or 'dim%d' % i}>") if i in missing else str(d.dim_value)
-                    for i, d in enumerate(dims)
-                )
-                raise ModelError(
-                    f"input {inp.name!r} has dynamic dimensions at positions {missing} (shape [{shown}]); "
-                    f"this build needs static shapes: pass --input-shape {inp.name}={shown} with numbers filled in"
-                )
+                shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else d.dim_param for d in dims]
+                hints.append(shape_hints.Hint(inp.name, shape, missing))
+    if hints:
+        raise ModelError(_dynamic_error(hints, proto, data_shapes))
     # Clear stale output/value_info shapes and infer them again from the fixed inputs.
     del proto.graph.value_info[:]
     for out in proto.graph.output:
@@ -218,6 +221,19 @@ def load_model(path, input_shapes=None):
     model.inputs = _specs([i for i in proto.graph.input if i.name not in initializers])
     model.outputs = _specs(proto.graph.output)
     return model
+
+
+def _dynamic_error(hints, proto, data_shapes):
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    found = data_shapes(names) if data_shapes is not None else {}
+    metadata = {p.key: p.value for p in proto.metadata_props}
+    for h in hints:
+        if h.name in found:
+            shape, source = found[h.name]
+            shape_hints.from_data(h, shape, source)
+        shape_hints.from_metadata(h, metadata)
+        shape_hints.batch_guess(h)
+    return shape_hints.message(hints)
 
 
 def operator_set(proto):

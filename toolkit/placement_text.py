@@ -69,8 +69,11 @@ def summary_lines(section):
     for t in section["targets"]:
         s = t["summary"]
         parts = "?" if s["partitions"] is None else s["partitions"]
+        graph = section.get("graph") or {}
+        of = f" of {graph.get('note') or graph.get('kind')}" if graph.get("note") or graph.get("kind") else ""
         line = (
-            f"  placement {t['accelerator']}: {s['on_accelerator']}/{s['nodes']} nodes ({_pct(s['node_share'])}), "
+            f"  placement {t['accelerator']}: {s['on_accelerator']}/{s['nodes']} nodes{of} on the accelerator "
+            f"({_pct(s['node_share'])}), "
             f"{_pct(s['flops_share'])} of FLOPs, {parts} partition(s)"
         )
         if s["unknown"]:

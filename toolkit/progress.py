@@ -110,8 +110,10 @@ class Progress:
     ) -> Progress:
         """The progress a CLI command shows: none with ``--json``/``-q``, live on a terminal, plain lines otherwise."""
         stream = stream if stream is not None else sys.stderr
-        if json or quiet:
+        if quiet:
             return cls("quiet", stream, verbose=False)
+        if json:  # stdout holds the JSON object; with --verbose the tools' output still goes to stderr
+            return cls("quiet", stream, verbose=verbose)
         return cls("live" if _is_terminal(stream) else "plain", stream, verbose=verbose)
 
     # -- lines ---------------------------------------------------------------------
@@ -130,9 +132,16 @@ class Progress:
                 self.stream.flush()
 
     def detail(self, line: str) -> None:
-        """A line of the underlying tool's own output: shown only with ``--verbose``."""
-        if self.verbose:
+        """A line of the underlying tool's own output: shown only with ``--verbose`` (with ``--json`` too, on
+        stderr: the steps stay hidden)."""
+        if not self.verbose:
+            return
+        if self.mode != "quiet":
             self.log(line)
+        else:
+            with self._lock:
+                self.stream.write(line + "\n")
+                self.stream.flush()
 
     @property
     def shows_steps(self) -> bool:

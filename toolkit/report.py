@@ -30,6 +30,11 @@ def build_text(r):
         f"  backend    {r['backend']} ({r['runtime']['name']} {r['runtime']['version']}), format {r['format']}, precision {r['precision']}",
         f"  bundle id  {r['bundle_id']}",
         f"  size       {_kb(r['model_size_bytes'])} (source {_kb(r['source_size_bytes'])})",
+        *(
+            [f"  source     {r['source_nodes']} nodes in the ONNX graph as given ({r['source']['file']})"]
+            if "source_nodes" in r
+            else []
+        ),
         "  files:",
     ]
     lines += [f"    {f['name']:<28} {_kb(f['size']):>10}  sha256 {f['sha256'][:16]}..." for f in r["files"]]
@@ -46,8 +51,8 @@ def build_text(r):
         lines += [f"      ! {f}" for f in s["failures"]]
     ops = r.get("ops", [])
     lines.append(
-        f"  operators ({sum(o['count'] for o in ops)} nodes, {len(ops)} types): "
-        + ", ".join(f"{o['op']}x{o['count']}" for o in ops)
+        f"  operators of {r.get('ops_graph') or 'the built model'}: {sum(o['count'] for o in ops)} nodes, "
+        f"{len(ops)} types: " + ", ".join(f"{o['op']}x{o['count']}" for o in ops)
     )
     usability = r.get("mobile_usability") or {}
     for ep, u in usability.items():
@@ -56,7 +61,8 @@ def build_text(r):
         else:
             extra = f", unsupported: {', '.join(u['unsupported_ops'])}" if u["unsupported_ops"] else ""
             lines.append(
-                f"  {ep} check: {u['supported_nodes']}/{u['nodes']} nodes in {u['partitions']} partition(s), "
+                f"  {ep} check (ONNX Runtime's usability checker): {u['supported_nodes']}/{u['nodes']} nodes of "
+                f"the built ONNX graph supported, in {u['partitions']} partition(s), "
                 f"suitability {u['suitability']}{extra}"
             )
     support = r.get("operator_support") or {}

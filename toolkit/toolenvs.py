@@ -510,7 +510,8 @@ def remove(spec):
 def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> dict:
     """Run a standalone converter script in the environment: ``ENVPY -I script request.json result.json``.
 
-    stderr lines stream to ``log``; stdout goes to ``<script>.stdout.log`` in ``workdir``.
+    stderr lines stream to ``log`` (to a :class:`edgekit.progress.Progress`'s ``detail``: shown with
+    ``--verbose``); stdout goes to ``<script>.stdout.log`` in ``workdir``.
     Returns the parsed result.json; a failure or timeout raises ConversionError.
     """
     # creation progress on the caller's display, or on stderr even when the tool's own chatter is not wanted
@@ -525,6 +526,7 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
     env = dict(os.environ, **dict(spec.env))
     out_path = workdir / f"{Path(script).stem}.stdout.log"
     tail = deque(maxlen=30)
+    sink = log.detail if isinstance(log, progress.Progress) else log
     with open(out_path, "w") as out:
         proc = subprocess.Popen(
             [py, "-I", str(script), str(req), str(res)],
@@ -542,8 +544,8 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
             for line in proc.stderr:
                 line = line.rstrip()
                 tail.append(line)
-                if log:
-                    log(line)
+                if sink:
+                    sink(line)
 
         t = threading.Thread(target=pump, daemon=True)
         t.start()

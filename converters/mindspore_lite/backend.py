@@ -163,6 +163,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
             runtime_version=res["versions"]["mindspore_lite"],
             format="ms",
             ops=operator_set(onnx.load(str(ctx.reference_path))),
+            ops_graph="the ONNX graph given to the converter (its own graph is not read)",
             sections=sections,
             warnings=warnings,
             runner_options=options,

@@ -286,6 +286,7 @@ class MNNBackend(MNNQuantization, Backend):
             runtime_version=self.runtime_version(),
             format="mnn",
             ops=operator_set(onnx.load(str(ctx.reference_path))),
+            ops_graph="the ONNX graph given to the converter (its own graph is not read)",
             sections=sections,
             warnings=warnings,
             runner_options=runner_options,

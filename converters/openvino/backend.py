@@ -246,6 +246,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
             runtime_version=self.runtime_version(),
             format="openvino-ir",
             ops=self._ops(final_model),
+            ops_graph="the built OpenVINO IR's operations",
             sections=sections,
             warnings=warnings,
             runner_options={

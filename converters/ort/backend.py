@@ -208,6 +208,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             runtime_version=self.runtime_version(),
             format=fmt,
             ops=ops,
+            ops_graph="the built ONNX graph (before its conversion to the ORT format)",
             sections=sections,
             warnings=warnings,
             runner_options={

@@ -207,6 +207,7 @@ class PaddleLiteBackend(ToolEnvBackend):
             runtime_version=res["versions"]["paddlelite"],
             format="nb",
             ops=operator_set(onnx.load(str(ctx.reference_path))),
+            ops_graph="the ONNX graph given to the converter (its own graph is not read)",
             sections=sections,
             warnings=warnings,
             runner_options=runner_options,

@@ -276,6 +276,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
             runtime_version=self.runtime_version() or "",
             format="tflite",
             ops=res["ops"],
+            ops_graph="the built .tflite model's operators",
             sections=sections,
             warnings=warnings,
             runner_options=runner_options,

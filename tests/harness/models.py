@@ -1,5 +1,8 @@
 """Small ONNX models the tests build themselves (deterministic, seconds to make)."""
 
+from pathlib import Path
+from typing import Optional
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -162,3 +165,24 @@ def prunable_cnn(path, seed=0, zero=0.25):
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, str(path))
     return path, dead
+
+
+def dynamic_model(path: Path, inputs: dict, metadata: Optional[dict] = None) -> Path:
+    """A model of one Identity per input, shaped ``inputs = {name: [dims]}`` (a str is symbolic, None unset)."""
+
+    def value(name, dims):
+        v = helper.make_tensor_value_info(name, TensorProto.FLOAT, [d if d is not None else "" for d in dims])
+        for d, dim in zip(dims, v.type.tensor_type.shape.dim):
+            if d is None:
+                dim.Clear()
+        return v
+
+    nodes = [helper.make_node("Identity", [n], [f"{n}_out"]) for n in inputs]
+    graph = helper.make_graph(
+        nodes, "g", [value(n, d) for n, d in inputs.items()], [value(f"{n}_out", d) for n, d in inputs.items()]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for k, v in (metadata or {}).items():
+        model.metadata_props.add(key=k, value=v)
+    onnx.save(model, str(path))
+    return path

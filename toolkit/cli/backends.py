@@ -6,6 +6,7 @@ import argparse
 
 from ..errors import EdgekitError
 from . import render
+from .options import output_options
 from .output import emit, logger
 
 
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("action", nargs="?", choices=["list", "install", "remove"], default="list")
     s.add_argument("name", nargs="?", help="backend (install, remove)")
-    s.add_argument("--json", action="store_true", help="print one JSON object")
+    output_options(s)
     s.set_defaults(func=run_backends)
 
     s = sub.add_parser("doctor", help="which backends and transports work here, and why not")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from edgekit_agent.runners.table import TABLE
 
 from ..errors import EdgekitError, FidelityError
-from .options import check_backend
+from .options import check_backend, output_options
 from .output import emit, logger
 
 #: ``--precision`` values, from the backends' capability table
@@ -100,8 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device-python", help="--auto: Python on the target device")
     s.add_argument("--device-root", help="--auto: agent directory on the target device")
     s.add_argument("--no-cache", action="store_true", help="convert again even if the inputs are unchanged")
-    s.add_argument("--json", action="store_true", help="print the build report as one JSON object")
-    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    output_options(s, "print the build report as one JSON object")
     s.set_defaults(func=run)
 
 

@@ -15,7 +15,7 @@ from .options import (
     open_device,
     per_device_flags_in_fleet,
 )
-from .output import emit, err, logger, upload_progress
+from .output import emit, logger, upload_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,8 +62,10 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
     """``--fleet`` / ``deploy --adb all``: every device in parallel, one row per device."""
     from .. import fleet
 
+    log = logger(args)  # "deploying to N device(s)" advancing per device; nothing with --json/-q
+
     def on_row(r: dict[str, Any]) -> None:
-        err(f"  {r['name']}: {r['status']}" + (f" ({r['error']})" if r["error"] else ""))
+        log(f"  {r['name']}: {r['status']}" + (f" ({r['error']})" if r["error"] else ""))
 
     t0 = time.perf_counter()
     rows = fleet.run_fleet(
@@ -73,6 +75,7 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
         jobs=fleet.DEFAULT_JOBS if args.jobs is None else args.jobs,
         device_timeout=fleet.DEFAULT_DEVICE_TIMEOUT if args.device_timeout is None else args.device_timeout,
         on_row=None if args.json or args.quiet else on_row,
+        log=log,
         runs=args.runs,
         warmup=args.warmup,
         threads=args.threads,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import render
-from .options import backend_agent_option, device_options, open_device
+from .options import backend_agent_option, device_options, open_device, output_options
 from .output import emit, err, write_html
 
 
@@ -22,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fr.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     for fx in (fp, fr):
         fx.add_argument("--store", help="host-side store (default ~/.cache/edgekit/field.db)")
-        fx.add_argument("--json", action="store_true", help="print one JSON object")
-        fx.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+        output_options(fx, verbose=False)
     fp.set_defaults(func=run_pull)
     fr.set_defaults(func=run_report)
 

@@ -100,10 +100,22 @@ def bench_options(p: argparse.ArgumentParser) -> None:
     output_options(p, "print the report as one JSON object")
 
 
-def output_options(p: argparse.ArgumentParser, json_help: str = "print one JSON object", quiet: bool = True) -> None:
+def output_options(
+    p: argparse.ArgumentParser, json_help: str = "print one JSON object", quiet: bool = True, verbose: bool = True
+) -> None:
+    """``--json``; ``-q`` and, for long work, ``-v`` (one or the other: ``-v`` shows what ``-q`` hides)."""
     p.add_argument("--json", action="store_true", help=json_help)
+    talk = p.add_mutually_exclusive_group() if quiet and verbose else p
     if quiet:
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+        talk.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    if verbose:
+        talk.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="also show the underlying tools' output (converters, tool environments) on stderr; "
+            "with --json too, stdout keeps the one JSON object",
+        )
 
 
 # -- what the flags select ----------------------------------------------------------
