@@ -46,6 +46,13 @@ def main(argv=None):
             "--max-queue", type=int, default=64, help="requests a model takes at once; beyond, 503 with Retry-After"
         )
         s.add_argument(
+            "--breaker",
+            default="",
+            metavar="KEY=N,...",
+            help="circuit-breaker limits per served version: error_rate (0.5), p99_ms (0: off), window_s (30), "
+            "min_requests (20), cooldown_s (30)",
+        )
+        s.add_argument(
             "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
         )
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
@@ -119,6 +126,7 @@ def main(argv=None):
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
             max_queue=args.max_queue,
+            breaker=_breaker(p, args.breaker),
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -174,6 +182,7 @@ def main(argv=None):
                 str(args.header_timeout),
                 "--max-queue",
                 str(args.max_queue),
+                "--breaker=" + _breaker(p, args.breaker, spec_out=True),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:
@@ -182,6 +191,17 @@ def main(argv=None):
         return 0
     p.print_help()
     return 2
+
+
+def _breaker(parser, spec, spec_out=False):
+    """``--breaker KEY=N,...`` checked (a bad one stops ``start`` before anything runs)."""
+    from .breaker import parse_spec
+
+    try:
+        limits = parse_spec(spec)
+    except ValueError as e:
+        parser.error(str(e))
+    return ",".join("%s=%s" % kv for kv in sorted(limits.items())) if spec_out else limits
 
 
 if __name__ == "__main__":

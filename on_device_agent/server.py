@@ -118,7 +118,16 @@ def bench(h, name):
 
 @route("PUT", "/v1/models/([^/]+)/split")
 def split(h, name):
-    return h.service.set_split(name, h.json_body().get("versions"))
+    body = h.json_body()
+    out = h.service.set_split(name, body.get("versions"))
+    if "breaker" in body:
+        out["breaker"] = h.service.set_breaker(name, body["breaker"])["limits"]
+    return out
+
+
+@route("PUT", "/v1/models/([^/]+)/breaker")
+def breaker(h, name):
+    return h.service.set_breaker(name, h.json_body().get("limits"))
 
 
 @route("POST", "/v1/models/([^/]+)/rollback")

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import API_VERSION, __version__, runners
 from . import childproc as children
 from .bench import device_info
+from .breaker import Breakers
 from .childproc import one_shot_bench, verify_loads
 from .errors import AgentError
 from .knobs import MAX_WARMUP_S, check_knobs
@@ -49,6 +50,7 @@ class AgentService(object):
         flush_interval=0.2,
         context_interval=30.0,
         max_queue=64,
+        breaker=None,
     ):
         self.store = Store(root)
         self.max_queue = max_queue
@@ -62,6 +64,7 @@ class AgentService(object):
         )
         self._loaded = {}
         self.traffic = TrafficSplit()
+        self.breakers = Breakers(breaker)  # per-version circuit breakers (limits: ``breaker.DEFAULTS``)
         self._lock = threading.Lock()
         self._load_locks = {}
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
@@ -149,12 +152,14 @@ class AgentService(object):
                     "outputs": manifest.get("outputs"),
                     "loaded": bool(loaded and loaded.version == version),
                     "split": self.traffic.get(name),
+                    "breakers": self.breakers.states(name),
                 }
             )
         return out, unreadable
 
     def metrics_text(self) -> str:
-        return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
+        stats = self.recorder.stats() if self.recorder else None
+        return self.metrics.render(stats, len(self._loaded)) + self.breakers.render()
 
     # -- loading --------------------------------------------------------------
     def load(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> LoadedModel:
@@ -229,6 +234,7 @@ class AgentService(object):
                     model.runner.close()
             result = self.store.remove(name)
             self.traffic.clear(name)
+            self.breakers.forget(name)
         with self._lock:
             self._load_locks.pop(name, None)
         if self.recorder:
@@ -277,9 +283,30 @@ class AgentService(object):
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
 
-    def _serving(self, name):
+    def _pick(self, name):
+        """The version this request goes to: the current one or the split's draw, unless its breaker is open."""
+        current = self.store.current_version(check_name("model name", name))
+        if current is None:
+            return None
+        split = self.traffic.get(name)
+        picked = self.traffic.pick(name) or current
+        history = self.store.history  # (only read when the breaker is open)
+        kept = lambda: [v for v in dict.fromkeys(history(name, installs_only=True)) if v in self.store.versions(name)]  # noqa: E731
+        return self.breakers.choose(name, picked, current, split, kept)
+
+    def _observe(self, name, version, failed, ms=None):
+        change = self.breakers.observe(name, version, failed, ms)
+        if change and self.recorder:
+            self.recorder.event("breaker", name, version, {"state": change[0], "reason": change[1]})
+
+    def set_breaker(self, name: str, limits: Any) -> Dict[str, Any]:
+        """Circuit-breaker limits for one model (over the agent's ``--breaker``); ``{}`` goes back to those."""
+        self.store.current(check_name("model name", name))
+        merged = self.breakers.configure(name, limits)
+        return {"name": name, "limits": merged, "breakers": self.breakers.states(name)}
+
+    def _serving(self, name, version=None):
         """The model this request goes to: the current version, or the version a traffic split draws."""
-        version = self.traffic.pick(name)
         if version is None or version == self.store.current_version(check_name("model name", name)):
             return self._get_loaded(name)
         model = self.traffic.model(name, version)
@@ -318,9 +345,10 @@ class AgentService(object):
         self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
     ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
-        model = None
+        model = version = None
         try:
-            model = self._serving(name)
+            version = self._pick(name)
+            model = self._serving(name, version)
             model.runner.check_feeds(feeds)
             self._enter(model)
             try:
@@ -334,9 +362,12 @@ class AgentService(object):
                     model.pending -= 1
         except Exception as e:
             status = getattr(e, "status", 500)
+            if version is not None and status not in (400, 404, 503):  # the version failed, not the request
+                self._observe(name, version, True)
             self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
             raise
         infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
+        self._observe(name, model.version, False, infer_ms)
         shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
         rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
         meta = {
