@@ -46,6 +46,15 @@ def main(argv=None):
             "--max-queue", type=int, default=64, help="requests a model takes at once; beyond, 503 with Retry-After"
         )
         s.add_argument(
+            "--batch-window-ms",
+            type=float,
+            default=0.0,
+            help="run requests to a batch-capable model that arrive within this window as one batch (0: off)",
+        )
+        s.add_argument(
+            "--max-batch", type=int, default=8, help="requests in one batch at most (with --batch-window-ms)"
+        )
+        s.add_argument(
             "--breaker",
             default="",
             metavar="KEY=N,...",
@@ -110,6 +119,8 @@ def main(argv=None):
         if not serve_args or serve_args[0] != "serve" or "--root" not in serve_args:
             p.error("supervise needs: serve --root ROOT [serve options]")
         return supervise(self_command() + serve_args, serve_args[serve_args.index("--root") + 1])
+    if args.cmd in ("serve", "start") and not (0 <= args.batch_window_ms <= 1000 and 1 <= args.max_batch <= 256):
+        p.error("--batch-window-ms must be from 0 to 1000 and --max-batch from 1 to 256")
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -127,6 +138,8 @@ def main(argv=None):
             header_timeout=args.header_timeout,
             max_queue=args.max_queue,
             breaker=_breaker(p, args.breaker),
+            batch_window_ms=args.batch_window_ms,
+            max_batch=args.max_batch,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -183,6 +196,10 @@ def main(argv=None):
                 "--max-queue",
                 str(args.max_queue),
                 "--breaker=" + _breaker(p, args.breaker, spec_out=True),
+                "--batch-window-ms",
+                str(args.batch_window_ms),
+                "--max-batch",
+                str(args.max_batch),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:

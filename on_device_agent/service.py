@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import API_VERSION, __version__, runners
 from . import childproc as children
+from .batcher import Batcher, batch_capable
 from .bench import device_info
 from .breaker import Breakers
 from .childproc import one_shot_bench, verify_loads
@@ -35,6 +36,7 @@ class LoadedModel(object):
         self.pending = 0  # requests running or waiting for this model (bounded by the service's max_queue)
         self.warmup_ms = 0.0
         self.options = {}
+        self.batcher = None  # a Batcher when the agent batches and the model takes a dynamic batch
         self.accelerator = runner.describe().get("accelerator")
 
 
@@ -51,9 +53,12 @@ class AgentService(object):
         context_interval=30.0,
         max_queue=64,
         breaker=None,
+        batch_window_ms=0.0,
+        max_batch=8,
     ):
         self.store = Store(root)
         self.max_queue = max_queue
+        self.batch_window_ms, self.max_batch = batch_window_ms, max_batch
         self.token = token
         self.open_reads = False  # reads and inference need no token (a loopback agent that made its own)
         self.started = time.time()
@@ -191,6 +196,8 @@ class AgentService(object):
         model = LoadedModel(name, version, runner)
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
+        if self.batch_window_ms > 0 and self.max_batch > 1 and batch_capable(manifest):
+            model.batcher = Batcher(self.batch_window_ms, self.max_batch)
         if version != self.store.current_version(name):
             self.traffic.put(name, version, model)
             self.metrics.load(name, version)
@@ -352,11 +359,15 @@ class AgentService(object):
             model.runner.check_feeds(feeds)
             self._enter(model)
             try:
-                with model.lock:
-                    t0 = time.perf_counter()
-                    outputs = model.runner.run(feeds)
-                    t1 = time.perf_counter()
-                    model.requests += 1
+                if model.batcher is not None:
+                    outputs, t0, t1, batch = model.batcher.run(model, feeds)
+                else:
+                    with model.lock:
+                        t0 = time.perf_counter()
+                        outputs = model.runner.run(feeds)
+                        t1 = time.perf_counter()
+                        model.requests += 1
+                    batch = 1
             finally:
                 with self._lock:
                     model.pending -= 1
@@ -375,6 +386,7 @@ class AgentService(object):
             "version": model.version,
             "inference_ms": infer_ms,
             "queue_ms": queue_ms,
+            "batch": batch,
             "request_id": rid,
         }
         return outputs, meta
