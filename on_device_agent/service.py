@@ -297,9 +297,7 @@ class AgentService(object):
             return None
         split = self.traffic.get(name)
         picked = self.traffic.pick(name) or current
-        history = self.store.history  # (only read when the breaker is open)
-        kept = lambda: [v for v in dict.fromkeys(history(name, installs_only=True)) if v in self.store.versions(name)]  # noqa: E731
-        return self.breakers.choose(name, picked, current, split, kept)
+        return self.breakers.choose(name, picked, current, split, lambda: self.store.kept_installs(name))
 
     def _observe(self, name, version, failed, ms=None):
         change = self.breakers.observe(name, version, failed, ms)
