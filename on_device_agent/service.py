@@ -21,11 +21,10 @@ from .childproc import one_shot_bench, verify_loads
 from .errors import AgentError
 from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
+from .serving import OUTCOMES, Serving
 from .store import Store, StoreError, check_name
 from .telemetry import Recorder
 from .traffic import TrafficSplit
-
-OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing", 503: "overloaded"}
 
 
 class LoadedModel(object):
@@ -40,8 +39,8 @@ class LoadedModel(object):
         self.accelerator = runner.describe().get("accelerator")
 
 
-class AgentService(object):
-    """State shared by all request threads, and the operations on it."""
+class AgentService(Serving):
+    """State shared by all request threads, and the operations on it (the request path: ``Serving``)."""
 
     def __init__(
         self,
@@ -289,105 +288,6 @@ class AgentService(object):
         """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
-
-    def _pick(self, name):
-        """The version this request goes to: the current one or the split's draw, unless its breaker is open."""
-        current = self.store.current_version(check_name("model name", name))
-        if current is None:
-            return None
-        split = self.traffic.get(name)
-        picked = self.traffic.pick(name) or current
-        return self.breakers.choose(name, picked, current, split, lambda: self.store.kept_installs(name))
-
-    def _observe(self, name, version, failed, ms=None):
-        change = self.breakers.observe(name, version, failed, ms)
-        if change and self.recorder:
-            self.recorder.event("breaker", name, version, {"state": change[0], "reason": change[1]})
-
-    def set_breaker(self, name: str, limits: Any) -> Dict[str, Any]:
-        """Circuit-breaker limits for one model (over the agent's ``--breaker``); ``{}`` goes back to those."""
-        self.store.current(check_name("model name", name))
-        merged = self.breakers.configure(name, limits)
-        return {"name": name, "limits": merged, "breakers": self.breakers.states(name)}
-
-    def _serving(self, name, version=None):
-        """The model this request goes to: the current version, or the version a traffic split draws."""
-        if version is None or version == self.store.current_version(check_name("model name", name)):
-            return self._get_loaded(name)
-        model = self.traffic.model(name, version)
-        if model is None:
-            with self._load_lock(name):
-                model = self.traffic.model(name, version) or self._load(name, version=version)
-        return model
-
-    def set_split(self, name: str, versions: Any) -> Dict[str, Any]:
-        """Serve several kept versions at once, ``{version: weight}``; an empty mapping ends the split."""
-        check_name("model name", name)
-        self.store.current(name)
-        if versions in ({}, None):
-            self.traffic.clear(name)
-            split = None
-        else:
-            split = self.traffic.set(name, versions, self.store.versions(name))
-        if self.recorder:
-            self.recorder.event("split", name, self.store.current_version(name), {"versions": split})
-        return {"name": name, "split": split}
-
-    def _enter(self, model):
-        """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
-        with self._lock:
-            if model.pending >= self.max_queue:
-                busy = AgentError(
-                    503,
-                    "model %r already has %d requests running or waiting (the agent's --max-queue); retry shortly"
-                    % (model.name, model.pending),
-                )
-                busy.headers = {"Retry-After": "1"}
-                raise busy
-            model.pending += 1
-
-    def infer(
-        self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
-    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
-        model = version = None
-        try:
-            version = self._pick(name)
-            model = self._serving(name, version)
-            model.runner.check_feeds(feeds)
-            self._enter(model)
-            try:
-                if model.batcher is not None:
-                    outputs, t0, t1, batch = model.batcher.run(model, feeds)
-                else:
-                    with model.lock:
-                        t0 = time.perf_counter()
-                        outputs = model.runner.run(feeds)
-                        t1 = time.perf_counter()
-                        model.requests += 1
-                    batch = 1
-            finally:
-                with self._lock:
-                    model.pending -= 1
-        except Exception as e:
-            status = getattr(e, "status", 500)
-            if version is not None and status not in (400, 404, 503):  # the version failed, not the request
-                self._observe(name, version, True)
-            self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
-            raise
-        infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
-        self._observe(name, model.version, False, infer_ms)
-        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
-        rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
-        meta = {
-            "model": name,
-            "version": model.version,
-            "inference_ms": infer_ms,
-            "queue_ms": queue_ms,
-            "batch": batch,
-            "request_id": rid,
-        }
-        return outputs, meta
 
     def bench(
         self,
