@@ -31,7 +31,7 @@ def batching_agent(tmp_path, tiny_bundle):
     built, _ = agent_package.build(root / "agent")
     pyz = root / "agent" / "edgekit-agent.pyz"
     shutil.copy(built, pyz)
-    args = ["start", "--root", str(root), "--batch-window-ms", "30", "--max-batch", "8"]
+    args = ["start", "--root", str(root), "--batch-window-ms", "30", "--max-batch", "8", "--breaker", "min_requests=7"]
     p = subprocess.run([sys.executable, str(pyz), *args], capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
     dev = open_device("local", device_root=str(root))
@@ -47,6 +47,7 @@ def test_batched_answers_equal_one_by_one_answers(batching_agent):
     from edgekit_sdk import AgentClient
 
     c = batching_agent.client
+    assert c.breaker("tiny", {})["limits"]["min_requests"] == 7  # the agent's --breaker, passed on by start
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1 + i % 2, 3, 16, 16)).astype(np.float32) for i in range(24)]
     alone = []
@@ -83,3 +84,14 @@ def test_batched_answers_equal_one_by_one_answers(batching_agent):
     rows = c.request("GET", "/v1/telemetry?limit=5000")["records"]
     ok = [r for r in rows if r[11] == "ok"]
     assert len(ok) >= 2 * len(xs) - 2  # one row per request, batched or not (the last may not be flushed yet)
+
+
+@pytest.mark.parametrize("bad", [["--breaker", "error_rate"], ["--breaker", "p99_ms=-1"], ["--batch-window-ms", "-1"]])
+def test_bad_serving_options_stop_start(tmp_path, bad):
+    root = tmp_path / "device"
+    built, _ = agent_package.build(root / "agent")
+    p = subprocess.run(
+        [sys.executable, str(built), "start", "--root", str(root), *bad], capture_output=True, timeout=60
+    )
+    assert p.returncode == 2 and b"error:" in p.stderr, p
+    assert not (root / "agent" / "state.json").exists()
