@@ -89,6 +89,9 @@ def test_a_failing_canary_loses_its_traffic_and_gets_it_back(
     with pytest.raises(AgentHTTPError) as e:
         c.breaker("tiny", {"error_rate": 5})
     assert e.value.status == 400
+    with pytest.raises(AgentHTTPError) as e:
+        c.request("PUT", "/v1/models/tiny/split", {"versions": {stable: 50, canary: 50}, "breaker": {"nope": 1}})
+    assert e.value.status == 400 and c.models()[0]["split"] is None  # refused whole, not half applied
     c.split("tiny", {stable: 50, canary: 50})
     versions = agent_roots.base / "device" / "models" / "tiny" / "versions" / canary
     damaged = max(
