@@ -351,7 +351,7 @@ def spec_of():
 
 def main():
     import _common as C
-    from models import tiny_calib, tiny_cnn
+    from harness.models import tiny_calib, tiny_cnn
 
     import edgekit
 
@@ -362,6 +362,9 @@ def main():
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep-cache", action="store_true")
+    ap.add_argument("--batching", action="store_true", help="only the load, one-by-one vs dynamically batched")
+    ap.add_argument("--batch-window-ms", type=float, default=2.0)
+    ap.add_argument("--max-batch", type=int, default=16)
     args = ap.parse_args()
     work = C.workspace(NAME, args.keep_cache)
     bundle_dir = work / "bundle"
@@ -373,6 +376,17 @@ def main():
         calib=tiny_calib(work / "c.npz"),
         name="tiny",
     )
+    if args.batching:
+        import _batching
+
+        r = _batching.compare(
+            work, bundle_dir, load, args.clients, args.seconds, args.batch_window_ms, args.max_batch, C.stop_agent
+        )
+        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+        with open(os.path.join(HERE, "results", NAME + "_batching.json"), "w") as f:
+            json.dump(r, f, indent=1)
+        print(_batching.table(r))
+        return 0 if not r["single"]["errors"] and not r["batched"]["errors"] else 1
     dev = start_agent(work, bundle_dir)
     root = dev.root
     try:

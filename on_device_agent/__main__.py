@@ -46,6 +46,22 @@ def main(argv=None):
             "--max-queue", type=int, default=64, help="requests a model takes at once; beyond, 503 with Retry-After"
         )
         s.add_argument(
+            "--batch-window-ms",
+            type=float,
+            default=0.0,
+            help="run requests to a batch-capable model that arrive within this window as one batch (0: off)",
+        )
+        s.add_argument(
+            "--max-batch", type=int, default=8, help="requests in one batch at most (with --batch-window-ms)"
+        )
+        s.add_argument(
+            "--breaker",
+            default="",
+            metavar="KEY=N,...",
+            help="circuit-breaker limits per served version: error_rate (0.5), p99_ms (0: off), window_s (30), "
+            "min_requests (20), cooldown_s (30)",
+        )
+        s.add_argument(
             "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
         )
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
@@ -103,6 +119,8 @@ def main(argv=None):
         if not serve_args or serve_args[0] != "serve" or "--root" not in serve_args:
             p.error("supervise needs: serve --root ROOT [serve options]")
         return supervise(self_command() + serve_args, serve_args[serve_args.index("--root") + 1])
+    if args.cmd in ("serve", "start") and not (0 <= args.batch_window_ms <= 1000 and 1 <= args.max_batch <= 256):
+        p.error("--batch-window-ms must be from 0 to 1000 and --max-batch from 1 to 256")
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -119,6 +137,9 @@ def main(argv=None):
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
             max_queue=args.max_queue,
+            breaker=_breaker(p, args.breaker),
+            batch_window_ms=args.batch_window_ms,
+            max_batch=args.max_batch,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -174,6 +195,11 @@ def main(argv=None):
                 str(args.header_timeout),
                 "--max-queue",
                 str(args.max_queue),
+                "--breaker=" + _breaker(p, args.breaker, spec_out=True),
+                "--batch-window-ms",
+                str(args.batch_window_ms),
+                "--max-batch",
+                str(args.max_batch),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:
@@ -182,6 +208,17 @@ def main(argv=None):
         return 0
     p.print_help()
     return 2
+
+
+def _breaker(parser, spec, spec_out=False):
+    """``--breaker KEY=N,...`` checked (a bad one stops ``start`` before anything runs)."""
+    from .breaker import parse_spec
+
+    try:
+        limits = parse_spec(spec)
+    except ValueError as e:
+        parser.error(str(e))
+    return ",".join("%s=%s" % kv for kv in sorted(limits.items())) if spec_out else limits
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import time
 from typing import Any, Optional
 
 from .bench import device_info
+from .breaker import check_limits
 from .childproc import self_command  # noqa: F401  (re-exported: how to start this agent again)
 from .httpd import ROUTES, AgentServer, Handler, HTTPError, route  # noqa: F401
 from .service import AgentService
@@ -118,7 +119,18 @@ def bench(h, name):
 
 @route("PUT", "/v1/models/([^/]+)/split")
 def split(h, name):
-    return h.service.set_split(name, h.json_body().get("versions"))
+    body = h.json_body()
+    if "breaker" in body:
+        check_limits(body["breaker"])  # a bad one is refused before the split changes
+    out = h.service.set_split(name, body.get("versions"))
+    if "breaker" in body:
+        out["breaker"] = h.service.set_breaker(name, body["breaker"])["limits"]
+    return out
+
+
+@route("PUT", "/v1/models/([^/]+)/breaker")
+def breaker(h, name):
+    return h.service.set_breaker(name, h.json_body().get("limits"))
 
 
 @route("POST", "/v1/models/([^/]+)/rollback")

@@ -14,16 +14,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import API_VERSION, __version__, runners
 from . import childproc as children
+from .batcher import Batcher, batch_capable
 from .bench import device_info
+from .breaker import Breakers
 from .childproc import one_shot_bench, verify_loads
 from .errors import AgentError
 from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
+from .serving import OUTCOMES, Serving
 from .store import Store, StoreError, check_name
 from .telemetry import Recorder
 from .traffic import TrafficSplit
-
-OUTCOMES = {400: "bad_request", 404: "unknown_model", 500: "error", 501: "runtime_missing", 503: "overloaded"}
 
 
 class LoadedModel(object):
@@ -34,11 +35,12 @@ class LoadedModel(object):
         self.pending = 0  # requests running or waiting for this model (bounded by the service's max_queue)
         self.warmup_ms = 0.0
         self.options = {}
+        self.batcher = None  # a Batcher when the agent batches and the model takes a dynamic batch
         self.accelerator = runner.describe().get("accelerator")
 
 
-class AgentService(object):
-    """State shared by all request threads, and the operations on it."""
+class AgentService(Serving):
+    """State shared by all request threads, and the operations on it (the request path: ``Serving``)."""
 
     def __init__(
         self,
@@ -49,9 +51,13 @@ class AgentService(object):
         flush_interval=0.2,
         context_interval=30.0,
         max_queue=64,
+        breaker=None,
+        batch_window_ms=0.0,
+        max_batch=8,
     ):
         self.store = Store(root)
         self.max_queue = max_queue
+        self.batch_window_ms, self.max_batch = batch_window_ms, max_batch
         self.token = token
         self.open_reads = False  # reads and inference need no token (a loopback agent that made its own)
         self.started = time.time()
@@ -62,6 +68,7 @@ class AgentService(object):
         )
         self._loaded = {}
         self.traffic = TrafficSplit()
+        self.breakers = Breakers(breaker)  # per-version circuit breakers (limits: ``breaker.DEFAULTS``)
         self._lock = threading.Lock()
         self._load_locks = {}
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
@@ -149,12 +156,14 @@ class AgentService(object):
                     "outputs": manifest.get("outputs"),
                     "loaded": bool(loaded and loaded.version == version),
                     "split": self.traffic.get(name),
+                    "breakers": self.breakers.states(name),
                 }
             )
         return out, unreadable
 
     def metrics_text(self) -> str:
-        return self.metrics.render(self.recorder.stats() if self.recorder else None, len(self._loaded))
+        stats = self.recorder.stats() if self.recorder else None
+        return self.metrics.render(stats, len(self._loaded)) + self.breakers.render()
 
     # -- loading --------------------------------------------------------------
     def load(self, name: str, threads: Any = None, providers: Any = None, warmup: Any = None) -> LoadedModel:
@@ -186,6 +195,8 @@ class AgentService(object):
         model = LoadedModel(name, version, runner)
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
+        if self.batch_window_ms > 0 and self.max_batch > 1 and batch_capable(manifest):
+            model.batcher = Batcher(self.batch_window_ms, self.max_batch)
         if version != self.store.current_version(name):
             self.traffic.put(name, version, model)
             self.metrics.load(name, version)
@@ -229,6 +240,7 @@ class AgentService(object):
                     model.runner.close()
             result = self.store.remove(name)
             self.traffic.clear(name)
+            self.breakers.forget(name)
         with self._lock:
             self._load_locks.pop(name, None)
         if self.recorder:
@@ -276,77 +288,6 @@ class AgentService(object):
         """Count a request refused before it reached a model (bad input); ``error`` carries ``status``."""
         status = getattr(error, "status", 500)
         self._record(name, None, OUTCOMES.get(status, "error"), error=str(error)[:300])
-
-    def _serving(self, name):
-        """The model this request goes to: the current version, or the version a traffic split draws."""
-        version = self.traffic.pick(name)
-        if version is None or version == self.store.current_version(check_name("model name", name)):
-            return self._get_loaded(name)
-        model = self.traffic.model(name, version)
-        if model is None:
-            with self._load_lock(name):
-                model = self.traffic.model(name, version) or self._load(name, version=version)
-        return model
-
-    def set_split(self, name: str, versions: Any) -> Dict[str, Any]:
-        """Serve several kept versions at once, ``{version: weight}``; an empty mapping ends the split."""
-        check_name("model name", name)
-        self.store.current(name)
-        if versions in ({}, None):
-            self.traffic.clear(name)
-            split = None
-        else:
-            split = self.traffic.set(name, versions, self.store.versions(name))
-        if self.recorder:
-            self.recorder.event("split", name, self.store.current_version(name), {"versions": split})
-        return {"name": name, "split": split}
-
-    def _enter(self, model):
-        """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
-        with self._lock:
-            if model.pending >= self.max_queue:
-                busy = AgentError(
-                    503,
-                    "model %r already has %d requests running or waiting (the agent's --max-queue); retry shortly"
-                    % (model.name, model.pending),
-                )
-                busy.headers = {"Retry-After": "1"}
-                raise busy
-            model.pending += 1
-
-    def infer(
-        self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
-    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
-        model = None
-        try:
-            model = self._serving(name)
-            model.runner.check_feeds(feeds)
-            self._enter(model)
-            try:
-                with model.lock:
-                    t0 = time.perf_counter()
-                    outputs = model.runner.run(feeds)
-                    t1 = time.perf_counter()
-                    model.requests += 1
-            finally:
-                with self._lock:
-                    model.pending -= 1
-        except Exception as e:
-            status = getattr(e, "status", 500)
-            self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
-            raise
-        infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
-        shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
-        rid = self._record(name, model, "ok", queue_ms, infer_ms, shape, pre_ms=pre_ms)
-        meta = {
-            "model": name,
-            "version": model.version,
-            "inference_ms": infer_ms,
-            "queue_ms": queue_ms,
-            "request_id": rid,
-        }
-        return outputs, meta
 
     def bench(
         self,

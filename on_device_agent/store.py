@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .storefiles import (  # noqa: F401  (re-exported: the store's API)
     KEEP_VERSIONS,
@@ -166,6 +166,11 @@ class Store(Uploads):
     def versions(self, name):
         d = os.path.join(self._model_dir(name), "versions")
         return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+    def kept_installs(self, name: str) -> List[str]:
+        """The kept versions in the order they were installed (oldest first)."""
+        kept = set(self.versions(name))
+        return [v for v in dict.fromkeys(self.history(name, installs_only=True)) if v in kept]
 
     def rollback(self, name, version=None):
         """Serve the previous kept version again (or ``version``, if it is kept)."""

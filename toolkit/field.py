@@ -16,6 +16,7 @@ import numpy as np
 
 from .cache import cache_root
 from .errors import EdgekitError
+from .field_text import report_text  # noqa: F401  (the report as text, for the CLI)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS devices(store_id TEXT PRIMARY KEY, name TEXT, hostname TEXT, machine TEXT,
@@ -305,11 +306,18 @@ def report(store, model=None, since=None, now=None):
             "histogram": _histogram(ok_ms),
         }
         entries.append(entry)
+    totals = {}
+    for e in entries:
+        totals[(e["store_id"], e["model"])] = totals.get((e["store_id"], e["model"]), 0) + e["requests"]
+    for e in entries:  # a version's share of its model's requests (a traffic split's observed percentages)
+        e["share"] = e["requests"] / totals[(e["store_id"], e["model"])]
     all_events = [
-        dict(zip(("store_id", "ts", "kind", "model", "version"), e))
+        dict(zip(("store_id", "ts", "kind", "model", "version", "detail"), e[:5] + (_detail(e[5]),)))
         for e in store.db.execute(
-            "SELECT store_id, ts, kind, model, version FROM events WHERE kind IN ('install', 'rollback') ORDER BY ts"
+            "SELECT store_id, ts, kind, model, version, detail FROM events"
+            " WHERE kind IN ('install', 'rollback', 'split', 'breaker') ORDER BY ts"
         )
+        if not model or e[3] == model
     ]
     events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
     regressions = []
@@ -317,7 +325,11 @@ def report(store, model=None, since=None, now=None):
     for e in entries:
         by_device_model.setdefault((e["store_id"], e["model"]), []).append(e)
     for (sid, mdl), versions in by_device_model.items():
-        installed = {ev["version"]: ev["ts"] for ev in all_events if ev["store_id"] == sid and ev["model"] == mdl}
+        installed = {
+            ev["version"]: ev["ts"]
+            for ev in all_events
+            if ev["store_id"] == sid and ev["model"] == mdl and ev["kind"] in ("install", "rollback")
+        }
         # Only versions with enough successful requests are compared (failed lookups have no version).
         versions = [v for v in versions if v["version"] and v["ok"] >= MIN_SAMPLES]
         versions.sort(key=lambda v: installed.get(v["version"], v["first_ts"]))
@@ -372,41 +384,8 @@ def report(store, model=None, since=None, now=None):
     }
 
 
-def report_text(r):
-    if not r["records"]:
-        what = (f" of {r['model']}" if r["model"] else "") + (f" in the last {r['since']}" if r["since"] else "")
-        return (
-            f"no field records{what} in {r.get('store', 'the field store')}: fetch what devices recorded with "
-            "`edgekit field pull --ssh HOST` (or --adb, --serial, --local), then report again\n"
-        )
-    lines = [
-        f"edgekit field report: {r['records']} requests"
-        + (f" of {r['model']}" if r["model"] else "")
-        + (f" in the last {r['since']}" if r["since"] else "")
-    ]
-    header = (
-        f"  {'device':<16} {'model':<22} {'version':<17} {'accelerator':<22} {'reqs':>7} {'err%':>6} "
-        f"{'p50':>8} {'p90':>8} {'p99':>8} {'lab p50':>8} {'drift':>7} {'req/s':>7}"
-    )
-    lines.append(header)
-    for e in r["entries"]:
-        lat = e["latency_ms"]
-        fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"
-        lab = e["lab"]["p50_ms"] if e["lab"] else None
-        drift = f"{100 * e['drift']:+6.1f}%" if e["drift"] is not None else f"{'-':>7}"
-        rps = f"{e['throughput_rps']:7.1f}" if e["throughput_rps"] else f"{'-':>7}"
-        lines.append(
-            f"  {e['device'][:16]:<16} {(e['model'] or '-')[:22]:<22} {(e['version'] or '-')[:17]:<17} "
-            f"{(e['accelerator'] or '-')[:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
-            f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}"
-        )
-    for g in r["regressions"]:
-        lines.append(
-            f"  REGRESSION on {g['device']}: {g['model']} {g['from']} -> {g['to']}: p50 "
-            f"{g['p50_before_ms']:.3f} -> {g['p50_after_ms']:.3f} ms ({100 * g['change']:+.0f}%)"
-        )
-    lines.append(
-        "  latencies in ms, measured by the agent around the runtime call; lab = edgekit deploy's benchmark "
-        "of the same bundle on the same device"
-    )
-    return "\n".join(lines) + "\n"
+def _detail(text):
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None

@@ -207,6 +207,10 @@ class AgentClient(object):
         """Serve several kept versions at once: ``{"v1": 90, "v2": 10}`` (``{}`` ends the split)."""
         return self.request("PUT", "/v1/models/%s/split" % name, {"versions": versions})
 
+    def breaker(self, name, limits):
+        """Circuit-breaker limits of one model, e.g. ``{"error_rate": 0.2, "p99_ms": 50}`` (``{}``: the agent's)."""
+        return self.request("PUT", "/v1/models/%s/breaker" % name, {"limits": limits})
+
     def remove(self, name):
         """Unload a model and delete every version the device keeps of it."""
         return self.request("DELETE", "/v1/models/%s" % name)
