@@ -372,6 +372,10 @@ def report(store, model=None, since=None, now=None):
     }
 
 
+def _ms_cell(v):
+    return f"{v:8.3f}" if v is not None else f"{'-':>8}"
+
+
 def report_text(r):
     if not r["records"]:
         what = (f" of {r['model']}" if r["model"] else "") + (f" in the last {r['since']}" if r["since"] else "")
@@ -391,14 +395,13 @@ def report_text(r):
     lines.append(header)
     for e in r["entries"]:
         lat = e["latency_ms"]
-        fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"
         lab = e["lab"]["p50_ms"] if e["lab"] else None
         drift = f"{100 * e['drift']:+6.1f}%" if e["drift"] is not None else f"{'-':>7}"
         rps = f"{e['throughput_rps']:7.1f}" if e["throughput_rps"] else f"{'-':>7}"
         lines.append(
             f"  {e['device'][:16]:<16} {(e['model'] or '-')[:22]:<22} {(e['version'] or '-')[:17]:<17} "
             f"{(e['accelerator'] or '-')[:22]:<22} {e['requests']:>7} {100 * e['error_rate']:5.1f}% "
-            f"{fmt(lat['p50'])} {fmt(lat['p90'])} {fmt(lat['p99'])} {fmt(lab)} {drift} {rps}"
+            f"{_ms_cell(lat['p50'])} {_ms_cell(lat['p90'])} {_ms_cell(lat['p99'])} {_ms_cell(lab)} {drift} {rps}"
         )
     for g in r["regressions"]:
         lines.append(

@@ -115,7 +115,8 @@ def load_file(path):
     expected = path.stem
     if data["name"] != expected:
         raise ProfileError(
-            f"invalid device profile {path}: name = {data['name']!r} but the file is named {expected}.toml; make them match"
+            f"invalid device profile {path}: name = {data['name']!r} "
+            f"but the file is named {expected}.toml; make them match"
         )
     return Profile(data["name"], data, str(path))
 
@@ -157,7 +158,8 @@ def load(name, extra_dirs=()):
     raise ProfileError(
         f"unknown device profile {name!r}{did_you_mean(name, names(extra_dirs))}. "
         f"Known profiles: {', '.join(names(extra_dirs))}. "
-        "Add your own as NAME.toml in a directory listed in EDGEKIT_PROFILE_PATH (see `edgekit profiles show raspberrypi5` for the shape)."
+        "Add your own as NAME.toml in a directory listed in EDGEKIT_PROFILE_PATH "
+        "(see `edgekit profiles show raspberrypi5` for the shape)."
     )
 
 
