@@ -240,7 +240,7 @@ class ToolEnvBackend(Backend):
     """
 
     ready_detail = ""
-    noise = ()
+    noise: tuple[str, ...] = ()
 
     def availability(self):
         from edgekit import toolenvs

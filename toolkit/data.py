@@ -28,7 +28,7 @@ LABEL_KEYS = ("labels", "label", "y")
 @dataclass
 class Dataset:
     samples: list
-    labels: np.ndarray = None
+    labels: np.ndarray | None = None
     source: str = ""
     synthetic: bool = False
     meta: dict = field(default_factory=dict)

@@ -33,7 +33,7 @@ class TensorSpec:
     name: str
     shape: list  # ints, or strings for dimensions that stay dynamic
     dtype: str
-    layout: str = None
+    layout: str | None = None
 
     def to_dict(self):
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "layout": self.layout}

@@ -10,14 +10,15 @@ it is detected from the machine edgekit runs on.
 import json
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 import jsonschema
