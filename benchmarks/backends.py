@@ -129,7 +129,8 @@ def main(argv=None):
                     f"{a:.3f} ({min(agent):.3f}–{max(agent):.3f})",
                     f"{b:.3f}",
                     f"**{ratio:.3f}** ({paired[0]:.2f}–{paired[-1]:.2f})",
-                    f"acc {m.get('accuracy', float('nan')):.2f}% (fp32 {m.get('accuracy_reference', float('nan')):.2f}%)"
+                    f"acc {m.get('accuracy', float('nan')):.2f}% "
+                    f"(fp32 {m.get('accuracy_reference', float('nan')):.2f}%)"
                     f", top-1 {100 * m.get('top1_agreement', float('nan')):.1f}%"
                     + ("" if r["fidelity"]["passed"] else ", BELOW GATE"),
                 ]
@@ -137,7 +138,8 @@ def main(argv=None):
     C.write_results(args.results, {"benchmark": NAME, "environment": env, "results": results})
     print(
         f"### PP-OCR cls per backend and precision (host profile, 1 thread, {env['cpu_count']}-core "
-        f"{env['machine']}, {args.rounds} interleaved rounds of {args.runs} runs; a round pairs one agent bench with one bare loop)\n"
+        f"{env['machine']}, {args.rounds} interleaved rounds of {args.runs} runs; "
+        "a round pairs one agent bench with one bare loop)\n"
     )
     print(
         C.table(

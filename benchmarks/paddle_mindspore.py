@@ -23,7 +23,8 @@ CONFIGS = [("paddlelite", "fp32"), ("mindspore-lite", "fp32"), ("mindspore-lite"
 BARE = r"""
 import json, sys, time
 import numpy as np
-model, sample, runs, threads, backend, layout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], json.loads(sys.argv[6])
+model, sample, backend = sys.argv[1], sys.argv[2], sys.argv[5]
+runs, threads, layout = int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[6])
 with np.load(sample) as z:
     feed = {k: z[k] for k in z.files}
 if backend == "paddlelite":
@@ -32,7 +33,8 @@ if backend == "paddlelite":
     names = list(p.get_input_names())
     def run():
         for k, (n, a) in enumerate(sorted(feed.items())):
-            t = p.get_input_by_name(layout.get(n, names[k])); t.resize(list(a.shape)); t.set_float_data(a.ravel().tolist())
+            t = p.get_input_by_name(layout.get(n, names[k]))
+            t.resize(list(a.shape)); t.set_float_data(a.ravel().tolist())
         p.run()
         return [p.get_output(i).numpy() for i in range(len(p.get_output_names()))]
 else:

@@ -125,7 +125,7 @@ def main(argv=None):
                 p50[i].append(float(np.median(times)))
             C.log(f"{label} round {r + 1}: " + ", ".join(f"{b[0]} {p[-1]:.3f}" for b, p in zip(built, p50)))
         base = float(np.median(p50[0]))
-        for (tag, ratio, mode, path, rep, seconds), times in zip(built, p50):
+        for (tag, ratio, mode, _path, rep, seconds), times in zip(built, p50):
             pr = rep.get("pruning") or {}
             fid = fidelity_of(rep)
             med = float(np.median(times))

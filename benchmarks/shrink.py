@@ -137,7 +137,7 @@ def main(argv=None):
         bench_meta = {}
         for r in range(args.rounds):
             p50s["naive"].append(bare_p50(naive, args.runs))
-            for key, (out, rep) in variants.items():
+            for key, (_out, rep) in variants.items():
                 b = dev.bench(rep["name"], runs=args.runs, warmup=5)
                 p50s[key].append(b["latency_ms"]["p50"])
                 bench_meta[key] = {
@@ -165,7 +165,7 @@ def main(argv=None):
                 "-",
             ]
         )
-        for key, (out, rep) in variants.items():
+        for key, (_out, rep) in variants.items():
             p = statistics.median(p50s[key])
             q = quality(rep)
             size = rep["model_size_bytes"]

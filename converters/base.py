@@ -15,10 +15,14 @@ and runtime package come from that row.
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgekit_agent.runners.table import TABLE, Row
 
 from .session import BuildSession
+
+if TYPE_CHECKING:
+    from edgekit.toolenvs import ToolEnvSpec
 
 
 @dataclass
@@ -66,8 +70,9 @@ class BuildResult:
 class Backend(abc.ABC):
     name = ""  # its row in the backend table (edgekit_agent.runners.table) says the rest
     install_hint = ""  # how to get the runtime
-    toolenv = None  # an edgekit.toolenvs.ToolEnvSpec where the converter runs in its own environment
-    placement = None  # import name of its placement module (accelerator checks, selective build; edgekit.placement)
+    toolenv: "ToolEnvSpec | None" = None  # where the converter runs in its own environment
+    # import name of its placement module (accelerator checks, selective build; edgekit.placement)
+    placement: str | None = None
 
     @property
     def row(self) -> Row:

@@ -101,7 +101,7 @@ class RunnerWorker:
 
         code = self.proc.poll()
         died = "" if code is None else f" (the worker exited with {code}{': it crashed' if code < 0 else ''})"
-        tail = "\n    ".join(l for l in list(self.stderr)[-8:] if l.strip()) or "(no output)"
+        tail = "\n    ".join(line for line in list(self.stderr)[-8:] if line.strip()) or "(no output)"
         raise ConversionError(
             f"{self.spec.name}: running {self.model_path.name} in the tool environment failed{died}: {what}\n    {tail}"
         )
@@ -240,7 +240,7 @@ class ToolEnvBackend(Backend):
     """
 
     ready_detail = ""
-    noise = ()
+    noise: tuple[str, ...] = ()
 
     def availability(self):
         from edgekit import toolenvs

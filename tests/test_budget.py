@@ -48,7 +48,7 @@ def test_candidates_carry_their_folded_names(tmp_path):
 
     path = load_model(PPOCR, {"x": [1, 3, 48, 192]}).save(tmp_path / "ref.onnx")
     layers = candidate_layers(onnx.load(str(path)))
-    assert len(layers) == 54 and {l.op for l in layers} == {"Conv", "MatMul"}
+    assert len(layers) == 54 and {layer.op for layer in layers} == {"Conv", "MatMul"}
     first = layers[0]  # Conv -> BatchNormalization: known by both outputs
     assert first.input == "x" and len(first.tensors) == 2
 

@@ -186,7 +186,8 @@ def test_mnn_opencl_table_and_op_list(tiny_model, tmp_path):
     assert _target(report["placement"], "MNN OPENCL")["summary"]["nodes"] == ocl["summary"]["nodes"]
     assert report["placement"]["graph"]["flops"] > 0
     placement.selective_build(bundle, tmp_path / "sb")
-    listed = [l for l in (tmp_path / "sb" / "mnn" / "op.txt").read_text().splitlines() if l and not l.startswith("#")]
+    op_txt = (tmp_path / "sb" / "mnn" / "op.txt").read_text()
+    listed = [line for line in op_txt.splitlines() if line and not line.startswith("#")]
     assert "Convolution" in listed and listed == sorted(set(listed))
 
 

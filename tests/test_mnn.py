@@ -363,9 +363,9 @@ def test_no_install_and_no_network(tmp_path, tiny_model, tiny_calib):
     r = one_json(p.stdout)
     assert r["precision"] == "int8" and r["quantization"]["chosen"]
     lines = log.read_text().splitlines()
-    started = [l for l in lines if l.startswith("python\t")]
+    started = [line for line in lines if line.startswith("python\t")]
     assert len(started) >= 3  # edgekit and the converter/quantizer children all ran under the sandbox
-    assert any("import _tools" in l and '["mnnconvert"' in l for l in started)
-    assert any("import _tools" in l and '["mnnquant"' in l for l in started)
-    assert [l for l in lines if not l.startswith("python\t")] == []  # no network, no pip, no MNN.tools
+    assert any("import _tools" in line and '["mnnconvert"' in line for line in started)
+    assert any("import _tools" in line and '["mnnquant"' in line for line in started)
+    assert [line for line in lines if not line.startswith("python\t")] == []  # no network, no pip, no MNN.tools
     assert importlib.util.find_spec("aliyun") is None

@@ -96,7 +96,7 @@ def test_ensure_creates_once_and_spec_change_makes_a_new_env(envroot, tmp_path):
     assert Path(py).exists() and toolenvs.state(s)["ready"]
     marker = json.loads((toolenvs.env_dir(s) / toolenvs.MARKER).read_text())
     assert marker["digest"] == s.digest() and marker["python_version"].startswith(("3.12", "3.13"))
-    assert any("creating the demo tool environment" in l for l in lines)
+    assert any("creating the demo tool environment" in line for line in lines)
     lines.clear()
     assert toolenvs.ensure(s, log=lines.append) == py and not lines  # reused, nothing logged
     s2 = spec(check="import json")
@@ -175,7 +175,8 @@ def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
         "if req['x'] == 'hang':\n"
         "    import time; time.sleep(60)\n"
         "if req['x'] != 'none':\n"
-        "    json.dump({'got': req['x'], 'env': os.environ.get('EDGEKIT_DEMO'), 'cwd': os.getcwd()}, open(sys.argv[2], 'w'))\n"
+        "    got = {'got': req['x'], 'env': os.environ.get('EDGEKIT_DEMO'), 'cwd': os.getcwd()}\n"
+        "    json.dump(got, open(sys.argv[2], 'w'))\n"
     )
     lines = []
     work = tmp_path / "w"
@@ -225,7 +226,8 @@ while True:
     elif req["cmd"] == "run":
         if mode == "hang":
             time.sleep(600)
-        out.write(json.dumps({"ok": True, "arrays": [{"name": "y", "dtype": "float32", "shape": [2], "nbytes": 8}]}).encode() + b"\n")
+        arrays = [{"name": "y", "dtype": "float32", "shape": [2], "nbytes": 8}]
+        out.write(json.dumps({"ok": True, "arrays": arrays}).encode() + b"\n")
         out.write(b"\0" * 8)
     elif req["cmd"] == "close":
         out.write(b'{"ok": true}\n')
@@ -297,7 +299,7 @@ def test_an_env_holding_exactly_the_new_pins_is_adopted(envroot):
     assert new.digest() != old.digest()
     lines = []
     py = toolenvs.ensure(new, log=lines.append)
-    assert any("adopted it as" in l for l in lines) and not any("creating" in l for l in lines)
+    assert any("adopted it as" in line for line in lines) and not any("creating" in line for line in lines)
     assert toolenvs.state(new)["ready"] and not toolenvs.env_dir(old).exists() and py != py_old
     marker = json.loads((toolenvs.env_dir(new) / toolenvs.MARKER).read_text())
     assert marker["digest"] == new.digest() and marker["adopted_from"] == toolenvs.env_dir(old).name
@@ -321,7 +323,7 @@ def test_leftovers_of_killed_creations_are_removed(envroot):
         (d / "bin").mkdir(parents=True)
     lines = []
     toolenvs.ensure(s, log=lines.append)
-    assert not stale.exists() and any("left by an interrupted creation" in l for l in lines)
+    assert not stale.exists() and any("left by an interrupted creation" in line for line in lines)
     removed = toolenvs.remove(s)
     assert str(older) in removed and not older.exists() and alive.exists()
 
@@ -403,8 +405,8 @@ def test_without_interpreters_each_fix_is_said_once(tmp_path, tiny_model):
     }
     p = run_cli("backends", env=env, check=0)
     for name in ("tflite", "paddlelite", "mindspore-lite"):
-        line = [l for l in p.stdout.splitlines() if l.split()[1:2] == [name]]
-        assert line and line[0].startswith("NO"), p.stdout
+        rows = [row for row in p.stdout.splitlines() if row.split()[1:2] == [name]]
+        assert rows and rows[0].startswith("NO"), p.stdout
     assert p.stdout.count("pyenv install 3.10") == 1 and p.stdout.count("edgekit backends install paddlelite") == 1
     assert p.stdout.count("pyenv install 3.12") == 1
     for backend in ("tflite", "paddlelite"):

@@ -334,7 +334,8 @@ def auto_build(
     log(
         f"--auto: {len(cands)} candidates for {prof.name} ({', '.join(c['label'] for c in cands)}), {jobs} in parallel"
         + (
-            f"; skipped: {', '.join(s['backend'] + ('/' + s['precision'] if 'precision' in s else '') for s in skipped)}"
+            "; skipped: "
+            + ", ".join(s["backend"] + ("/" + s["precision"] if "precision" in s else "") for s in skipped)
             if skipped
             else ""
         )

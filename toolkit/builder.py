@@ -220,7 +220,8 @@ def _build_one(
         input_shapes = parse_input_shapes(input_shapes)
     if backend not in prof.data["runtimes"]["ranked"]:
         raise ProfileError(
-            f"profile {prof.name} does not run backend {backend!r}; it runs: {', '.join(prof.data['runtimes']['ranked'])}"
+            f"profile {prof.name} does not run backend {backend!r}; "
+            f"it runs: {', '.join(prof.data['runtimes']['ranked'])}"
         )
     bundle_mod.check_output(output)
 

@@ -28,7 +28,7 @@ LABEL_KEYS = ("labels", "label", "y")
 @dataclass
 class Dataset:
     samples: list
-    labels: np.ndarray = None
+    labels: np.ndarray | None = None
     source: str = ""
     synthetic: bool = False
     meta: dict = field(default_factory=dict)
@@ -59,7 +59,8 @@ def _split(name, array, spec):
     if list(array.shape) == shape:
         return [array]
     raise DataError(
-        f"data for input {spec.name!r} ({name}) has shape {list(array.shape)}; expected [N, {', '.join(str(d) for d in per_sample)}] "
+        f"data for input {spec.name!r} ({name}) has shape {list(array.shape)}; "
+        f"expected [N, {', '.join(str(d) for d in per_sample)}] "
         f"(N samples of the model's input {spec.shape}). Fix the data or pass --input-shape"
     )
 
@@ -79,7 +80,8 @@ def _from_arrays(arrays, specs, source):
     missing = [n for n in names if n not in arrays]
     if missing:
         raise DataError(
-            f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; name the arrays after the inputs (missing: {missing})"
+            f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; "
+            f"name the arrays after the inputs (missing: {missing})"
         )
     for s in specs:
         a = np.asarray(arrays[s.name])
@@ -104,7 +106,8 @@ def parse_preprocess(spec):
         key, sep, value = item.partition("=")
         if not sep or key not in opts:
             raise DataError(
-                f'bad --preprocess item {item!r}: use keys {sorted(opts)}, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"'
+                f"bad --preprocess item {item!r}: use keys {sorted(opts)}, "
+                'e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"'
             )
         try:
             if key == "resize":
@@ -174,7 +177,7 @@ def _load_images(folder, specs, preprocess):
         arrays.append(a)
         parent = p.parent.name
         labels.append(int(parent) if parent.isdigit() and p.parent != Path(folder) else None)
-    label_array = None if any(l is None for l in labels) else np.asarray(labels, np.int64)
+    label_array = None if any(label is None for label in labels) else np.asarray(labels, np.int64)
     ds = _from_arrays({spec.name: np.stack(arrays)}, specs, f"{folder} ({len(files)} images)")
     ds.labels = label_array
     ds.meta["preprocess"] = preprocess
@@ -201,7 +204,8 @@ def load_dataset(path, specs, preprocess=None, limit=None):
             raise DataError(f"cannot read {path} as .npy: {e}") from None
         if len(specs) != 1:
             raise DataError(
-                f"{path}: an .npy feeds a single-input model; this one has inputs {[s.name for s in specs]}; use an .npz"
+                f"{path}: an .npy feeds a single-input model; "
+                f"this one has inputs {[s.name for s in specs]}; use an .npz"
             )
         ds = _from_arrays({specs[0].name: array}, specs, str(path))
     else:

@@ -37,7 +37,10 @@ def histogram_svg(hist):
         return "<p>no successful requests</p>"
     lx0, lx1 = math.log10(edges[0]), math.log10(edges[-1])
     iw, ih = W - PAD - 10, H - PAD - 10
-    x = lambda v: PAD + (math.log10(v) - lx0) / max(lx1 - lx0, 1e-9) * iw
+
+    def x(v):
+        return PAD + (math.log10(v) - lx0) / max(lx1 - lx0, 1e-9) * iw
+
     top = max(counts)
     parts = []
     for a, b, c in zip(edges, edges[1:], counts):
@@ -73,14 +76,20 @@ def timeline_svg(points, events):
     t1 = t1 if t1 > t0 else t0 + 1
     ymax = max(p["p99"] for p in points) * 1.1 or 1
     iw, ih = W - PAD - 10, H - PAD - 10
-    x = lambda t: PAD + (t - t0) / (t1 - t0) * iw
-    y = lambda v: 10 + ih - v / ymax * ih
+
+    def x(t):
+        return PAD + (t - t0) / (t1 - t0) * iw
+
+    def y(v):
+        return 10 + ih - v / ymax * ih
+
     parts = []
     for e in events:
         parts.append(
             f'<line class="deploy" x1="{x(e["ts"]):.1f}" x2="{x(e["ts"]):.1f}" y1="10" y2="{10 + ih}" '
             f'stroke="#6e7781" stroke-dasharray="4 3"><title>{_esc(e["kind"])} {_esc(e["version"])}</title></line>'
-            f'<text x="{x(e["ts"]) + 3:.1f}" y="{6 + ih:.1f}" class="tick">{_esc(e["kind"])} {_esc(str(e["version"])[:8])}</text>'
+            f'<text x="{x(e["ts"]) + 3:.1f}" y="{6 + ih:.1f}" class="tick">'
+            f"{_esc(e['kind'])} {_esc(str(e['version'])[:8])}</text>"
         )
     for key in ("p99", "p50"):
         pts = " ".join(f"{x(p['t']):.1f},{y(p[key]):.1f}" for p in points)

@@ -34,7 +34,7 @@ class TensorSpec:
     name: str
     shape: list  # ints, or strings for dimensions that stay dynamic
     dtype: str
-    layout: str = None
+    layout: str | None = None
 
     def to_dict(self):
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "layout": self.layout}
@@ -154,14 +154,16 @@ def load_model(path, input_shapes=None, data_shapes=None):
         raise ModelError(f"model file not found: {path}")
     if path.suffix.lower() not in (".onnx",):
         raise ModelError(
-            f"{path} is not an ONNX model (.onnx expected); export your model to ONNX first (torch.onnx.export, tf2onnx, paddle2onnx)"
+            f"{path} is not an ONNX model (.onnx expected); "
+            "export your model to ONNX first (torch.onnx.export, tf2onnx, paddle2onnx)"
         )
     raw = path.read_bytes()
     try:
         proto = onnx.load_from_string(raw)
     except Exception as e:  # protobuf raises DecodeError and friends, with no common base
         raise ModelError(
-            f"{path} is not a valid ONNX file (cannot parse the protobuf: {e}); the file may be truncated or corrupt, re-export or re-download it"
+            f"{path} is not a valid ONNX file (cannot parse the protobuf: {e}); "
+            "the file may be truncated or corrupt, re-export or re-download it"
         ) from None
     if not proto.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: it has no graph nodes (is it an ONNX file at all?)")
@@ -193,7 +195,8 @@ def load_model(path, input_shapes=None, data_shapes=None):
             for d, w in zip(dims, want):
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
                     raise ModelError(
-                        f"--input-shape {inp.name}={','.join(map(str, want))} conflicts with the model's shape {original}"
+                        f"--input-shape {inp.name}={','.join(map(str, want))} "
+                        f"conflicts with the model's shape {original}"
                     )
                 d.Clear()
                 d.dim_value = w

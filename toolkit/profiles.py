@@ -10,14 +10,15 @@ it is detected from the machine edgekit runs on.
 import json
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 import jsonschema
@@ -115,7 +116,8 @@ def load_file(path):
     expected = path.stem
     if data["name"] != expected:
         raise ProfileError(
-            f"invalid device profile {path}: name = {data['name']!r} but the file is named {expected}.toml; make them match"
+            f"invalid device profile {path}: name = {data['name']!r} "
+            f"but the file is named {expected}.toml; make them match"
         )
     return Profile(data["name"], data, str(path))
 
@@ -157,7 +159,8 @@ def load(name, extra_dirs=()):
     raise ProfileError(
         f"unknown device profile {name!r}{did_you_mean(name, names(extra_dirs))}. "
         f"Known profiles: {', '.join(names(extra_dirs))}. "
-        "Add your own as NAME.toml in a directory listed in EDGEKIT_PROFILE_PATH (see `edgekit profiles show raspberrypi5` for the shape)."
+        "Add your own as NAME.toml in a directory listed in EDGEKIT_PROFILE_PATH "
+        "(see `edgekit profiles show raspberrypi5` for the shape)."
     )
 
 

@@ -27,7 +27,8 @@ def build_text(r):
 
     lines = [
         f"edgekit build report: {r['name']} for {r['profile']}",
-        f"  backend    {r['backend']} ({r['runtime']['name']} {r['runtime']['version']}), format {r['format']}, precision {r['precision']}",
+        f"  backend    {r['backend']} ({r['runtime']['name']} {r['runtime']['version']}), "
+        f"format {r['format']}, precision {r['precision']}",
         f"  bundle id  {r['bundle_id']}",
         f"  size       {_kb(r['model_size_bytes'])} (source {_kb(r['source_size_bytes'])})",
         *(
@@ -136,7 +137,8 @@ def bench_text(r):
         f"  init         {r['init_ms']:.2f} ms   first inference {r['first_inference_ms']:.2f} ms",
         f"  warm-up      {r['warmup']} runs (not counted)",
         f"  latency      p50 {lat['p50']:.3f} ms  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}  "
-        f"(min {lat['min']:.3f}, max {lat['max']:.3f}, mean {lat['mean']:.3f} ± {lat['stdev']:.3f}) over {r['runs']} runs",
+        f"(min {lat['min']:.3f}, max {lat['max']:.3f}, mean {lat['mean']:.3f} ± {lat['stdev']:.3f}) "
+        f"over {r['runs']} runs",
         f"  peak RSS     {r['peak_rss_mb']:.1f} MB",
         f"  inputs       {'synthetic random' if r.get('inputs_synthetic') else 'real sample from the build data'}",
     ]

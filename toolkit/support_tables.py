@@ -10,12 +10,13 @@ that source says; anything it does not decide is ``unknown``, never ``yes``. Fou
 - ``devices``: device-wide limits (OpenVINO NPU / GPU: dynamic shapes).
 """
 
+import sys
 from functools import lru_cache
 from importlib import resources
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 from .errors import EdgekitError

@@ -413,7 +413,7 @@ def ensure(spec, log=print) -> str:
         retry = f"edgekit backends install {spec.name}"
         t0 = time.monotonic()
         try:
-            tail = deque(maxlen=25)
+            tail: deque[str] = deque(maxlen=25)
             if _run_logged([base, "-m", "venv", str(tmp)], None, tail) != 0:
                 raise BackendUnavailable(
                     f"could not create a virtual environment with {base} (is its venv/ensurepip "
@@ -525,7 +525,7 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
     step = request.get("step") or Path(script).stem
     env = dict(os.environ, **dict(spec.env))
     out_path = workdir / f"{Path(script).stem}.stdout.log"
-    tail = deque(maxlen=30)
+    tail: deque[str] = deque(maxlen=30)
     sink = log.detail if isinstance(log, progress.Progress) else log
     with open(out_path, "w") as out:
         proc = subprocess.Popen(
@@ -539,6 +539,7 @@ def run_tool(spec, script, request: dict, workdir, timeout=1800, log=None) -> di
             errors="replace",
             start_new_session=True,
         )
+        assert proc.stderr is not None  # stderr=PIPE
 
         def pump():
             for line in proc.stderr:

@@ -142,8 +142,8 @@ class MindSporeLiteBackend(ToolEnvBackend):
             )
         sections = {
             "mindspore_lite": {
-                "converter": f"mindspore_lite {res['versions']['mindspore_lite']} Converter (MINDIR_LITE, optimize general), "
-                f"{flags}",
+                "converter": f"mindspore_lite {res['versions']['mindspore_lite']} Converter "
+                f"(MINDIR_LITE, optimize general), {flags}",
                 "runtime": f"mindspore_lite {res['versions']['mindspore_lite']}",
                 "input_layout": {
                     s.name: options["input_layout"].get(s.name, s.layout or "as declared") for s in ctx.source.inputs

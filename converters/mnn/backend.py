@@ -57,7 +57,8 @@ class MNNBackend(MNNQuantization, Backend):
             return False, f"MNN does not import: {e}"
         feats = mnn.cpu_features()
         cpu = (
-            f", CPU features per MNN: {', '.join(k for k, v in feats.items() if v) or 'none of sdot/fp16/i8mm/sve2/sme2'}"
+            ", CPU features per MNN: "
+            f"{', '.join(k for k, v in feats.items() if v) or 'none of sdot/fp16/i8mm/sve2/sme2'}"
             if feats is not None
             else ""
         )

@@ -1,4 +1,5 @@
-"""MNN quantization: full int8 with MNN's quantizer (calibration candidates compared), and the layers --budget keeps float."""
+"""MNN quantization: full int8 with MNN's quantizer (calibration candidates compared), and the layers --budget
+keeps float."""
 
 from __future__ import annotations
 
@@ -264,7 +265,8 @@ class MNNQuantization:
 
         from edgekit.passes.mixed_precision import candidate_layers
 
-        layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in set(layer_names)]
+        wanted = set(layer_names)
+        layers = [layer for layer in candidate_layers(onnx.load(str(ctx.reference_path))) if layer.name in wanted]
         return sorted(n for n in self.layer_names(ctx, layers).values() if n)
 
     def quantize(self, ctx, exclude=()):
@@ -275,7 +277,7 @@ class MNNQuantization:
 
         ctx.require_calibration("int8 quantization", "fp32/fp16/int8-weights")
         names = self.layer_names(ctx, exclude) if exclude else {}
-        missing = [l.name for l in exclude if not names.get(l.name)]
+        missing = [layer.name for layer in exclude if not names.get(layer.name)]
         if missing:
             raise ConversionError(
                 f"no MNN op found for layer(s) {', '.join(missing)} of the reference model, so "

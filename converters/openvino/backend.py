@@ -328,7 +328,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         try:
             core.get_versions(dev)
         except Exception as e:
-            lines = [l for l in str(e).strip().splitlines() if l.strip()]
+            lines = [line for line in str(e).strip().splitlines() if line.strip()]
             return f"this OpenVINO cannot load its {dev} plugin ({lines[-1] if lines else type(e).__name__})"
         return (
             f"the {dev} plugin library loads but finds no {dev} device on this machine "

@@ -195,7 +195,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         required = config.read_text()
         sections["required_operators"] = {
             "file": "required_operators.config",
-            "config": [l for l in required.splitlines() if l and not l.startswith("#")],
+            "config": [line for line in required.splitlines() if line and not line.startswith("#")],
             "use": "build ONNX Runtime with --minimal_build --include_ops_by_config required_operators.config",
         }
         from edgekit.model import operator_set

@@ -195,8 +195,8 @@ class PaddleLiteBackend(ToolEnvBackend):
                 "renamed_tensors": res["renamed"],
                 "model_ops": res["ops"].get(target, []),
                 "kernels": res["kernels"].get(target, []),
-                "tailoring": "the tailored op and kernel lists (opt record_model_info) are in the bundle for a selective "
-                "build of Paddle Lite",
+                "tailoring": "the tailored op and kernel lists (opt record_model_info) are in the bundle for a "
+                "selective build of Paddle Lite",
                 "seconds": res["seconds"],
             }
         }

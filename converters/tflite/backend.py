@@ -249,7 +249,9 @@ class TFLiteBackend(TFLiteQuantization, Backend):
                     "tool_environment": toolenvs.state(self.toolenv)["path"],
                     "versions": res["versions"],
                     "layout": {
-                        "bundle_inputs": "as the ONNX model (what you feed); the runner transposes to the .tflite's layout",
+                        "bundle_inputs": (
+                            "as the ONNX model (what you feed); the runner transposes to the .tflite's layout"
+                        ),
                         "transposed": moved,
                         "io": res["io"],
                     },

@@ -26,7 +26,7 @@ def _write_tflite(bundle_dir, manifest, out):
     for o in manifest.get("ops", []):
         versions = o.get("versions") or ([o["version"]] if o.get("version") is not None else [])
         lines.append(o["op"] + (" " + ",".join(f"v{v}" for v in versions) if versions else ""))
-    (out / "ops.txt").write_text("".join(f"{l}\n" for l in sorted(lines)))
+    (out / "ops.txt").write_text("".join(f"{line}\n" for line in sorted(lines)))
     (out / "README.txt").write_text(
         "TFLite (LiteRT) selective build\n\n"
         "TFLite's selective build reads the model file itself, e.g.\n"

@@ -52,8 +52,8 @@ class TFLiteQuantization:
         from edgekit.passes.mixed_precision import candidate_layers
 
         wanted = set(names)
-        layers = [l for l in candidate_layers(onnx.load(str(ctx.reference_path))) if l.name in wanted]
-        return sorted({s for l in layers for s in self._scopes(ctx, l)})
+        layers = [layer for layer in candidate_layers(onnx.load(str(ctx.reference_path))) if layer.name in wanted]
+        return sorted({s for layer in layers for s in self._scopes(ctx, layer)})
 
     def quantize(self, ctx, exclude=()):
         """Static INT8 of the build's float32 .tflite with the ops of ``exclude`` left float (ai-edge-quantizer

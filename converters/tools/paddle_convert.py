@@ -79,7 +79,7 @@ def _sanitize(model):
 def _lines(path):
     try:
         with open(path) as f:
-            return [l.strip() for l in f if l.strip()]
+            return [line.strip() for line in f if line.strip()]
     except OSError:
         return []
 

@@ -21,7 +21,8 @@ then quantizes that file (fp16 weights, dynamic-range int8, static int8 with the
 onnx2tf's own dynamic-range and full-int8 outputs are not used: on PP-OCR cls the first gives NaN
 and the second refuses HardSigmoid (RELU_0_TO_1). onnx2tf makes 4-D inputs/outputs channels-last;
 the permutation per input and output is measured here on the probe sample (the reference's outputs,
-computed by ONNX Runtime on the host, against LiteRT on the float32 file) and returned, so the runners can feed the user's layout.
+computed by ONNX Runtime on the host, against LiteRT on the float32 file) and returned, so the runners
+can feed the user's layout.
 """
 
 import contextlib

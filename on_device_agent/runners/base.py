@@ -1,6 +1,7 @@
 """The runner interface (Python 3.7 syntax, no third-party imports at module level)."""
 
 import os
+from typing import Optional
 
 
 class RunnerError(Exception):
@@ -18,8 +19,8 @@ class RunnerFault(RunnerError):
 
 
 class Runner(object):
-    backend = None
-    runtime = None  # the import / pip name of the runtime
+    backend: Optional[str] = None
+    runtime: Optional[str] = None  # the import / pip name of the runtime
     install_hint = ""
 
     def __init__(self, bundle_dir, manifest, threads=None, providers=None):

@@ -30,7 +30,7 @@ class MindSporeLiteRunner(Runner):
         except ImportError as e:
             raise RuntimeMissing(
                 "mindspore_lite is not installed for this device's Python (%s): %s" % (e, self.install_hint)
-            )
+            ) from e
         return mindspore_lite
 
     def load(self):
@@ -48,7 +48,7 @@ class MindSporeLiteRunner(Runner):
         try:
             self.model.build_from_file(self.model_path(), ms.ModelType.MINDIR_LITE, ctx)
         except Exception as e:
-            raise RunnerFault("MindSpore Lite could not load %s: %s" % (self.manifest["model"], e))
+            raise RunnerFault("MindSpore Lite could not load %s: %s" % (self.manifest["model"], e)) from e
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.inputs = self.model.get_inputs()
         layouts = opts.get("input_layout") or {}

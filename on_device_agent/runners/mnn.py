@@ -227,7 +227,9 @@ class MNNRunner(Runner):
         try:
             return import_mnn()
         except ImportError as e:
-            raise RuntimeMissing("MNN is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+            raise RuntimeMissing(
+                "MNN is not installed for this device's Python (%s): %s" % (e, self.install_hint)
+            ) from e
 
     def _settings(self):
         opts = self.manifest.get("runner") or {}

@@ -90,7 +90,7 @@ def _precision_name(value):
 
 
 def _first_line(e):
-    lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(e).__name__
 
 
@@ -123,7 +123,9 @@ class OpenVINORunner(Runner):
         try:
             return _import_openvino()
         except ImportError as e:
-            raise RuntimeMissing("openvino is not installed for this device's Python (%s): %s" % (e, self.install_hint))
+            raise RuntimeMissing(
+                "openvino is not installed for this device's Python (%s): %s" % (e, self.install_hint)
+            ) from e
 
     # -- model cache ----------------------------------------------------------
     def cache_dir(self):
@@ -231,7 +233,7 @@ class OpenVINORunner(Runner):
             self.model_cache = {"dir": None, "state": "off"}
         wanted = dict((s["name"], i) for i, s in enumerate(self.manifest.get("outputs") or []))
         self.outputs = []
-        for i, port in enumerate(self.compiled.outputs):
+        for port in self.compiled.outputs:
             names = [n for n in port.get_names() if n in wanted]
             self.outputs.append((names[0] if names else port.get_any_name(), port))
         self.request = self.compiled.create_infer_request()

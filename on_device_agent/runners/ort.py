@@ -38,7 +38,7 @@ class OrtRunner(Runner):
         except ImportError as e:
             raise RuntimeMissing(
                 "onnxruntime is not installed for this device's Python (%s): %s" % (e, self.install_hint)
-            )
+            ) from e
         return onnxruntime
 
     def _session_options(self, ort, profile_prefix=None):

@@ -64,7 +64,7 @@ class PaddleLiteRunner(Runner):
         except ImportError as e:
             raise RuntimeMissing(
                 "paddlelite is not installed for this device's Python (%s): %s" % (e, self.install_hint)
-            )
+            ) from e
         return lite
 
     def load(self):
@@ -97,7 +97,7 @@ class PaddleLiteRunner(Runner):
         try:
             self.predictor = lite.create_paddle_predictor(config)
         except Exception as e:
-            raise RunnerFault("Paddle Lite could not load %s: %s" % (self.manifest["model"], e))
+            raise RunnerFault("Paddle Lite could not load %s: %s" % (self.manifest["model"], e)) from e
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         names = list(self.predictor.get_input_names())
         wanted = opts.get("inputs") or {}

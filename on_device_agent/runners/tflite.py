@@ -143,7 +143,7 @@ class TFLiteRunner(Runner):
             self.interp.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             if not delegates:
-                raise RunnerFault("LiteRT cannot load %s: %s" % (self.model_path(), e))
+                raise RunnerFault("LiteRT cannot load %s: %s" % (self.model_path(), e)) from e
             for n in self.active:
                 self.fallback.append((n, "it could not take the graph (%s)" % (str(e).strip().splitlines() or [""])[0]))
             self.active, self.xnnpack = [], True
@@ -185,7 +185,7 @@ class TFLiteRunner(Runner):
         try:
             self.interp.invoke()
         except (RuntimeError, ValueError) as e:
-            raise RunnerFault("LiteRT failed to run the model: %s" % e)
+            raise RunnerFault("LiteRT failed to run the model: %s" % e) from e
         out = {}
         for name, d, perm in self.outputs:
             a = self.interp.get_tensor(d["index"])

@@ -50,7 +50,7 @@ class Pass:
     """Base class: subclasses set ``name`` and ``options`` and implement ``run``."""
 
     name = ""
-    options = ()
+    options: tuple[Option, ...] = ()
 
     def __init__(self, **settings):
         known = {o.name: o for o in self.options}

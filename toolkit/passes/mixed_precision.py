@@ -306,13 +306,13 @@ def sensitivity(be, model, layers, samples, workdir):
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     existing = {o.name for o in probe.graph.output}
-    wanted = sorted({l.input for l in layers} - graph_inputs)
+    wanted = sorted({layer.input for layer in layers} - graph_inputs)
     for name in wanted:
         if name not in existing:
             probe.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     ranges = {}
     for feed, outs in zip(samples, run(probe, samples) if wanted else [{}] * len(samples)):
-        for name in {l.input for l in layers}:
+        for name in {layer.input for layer in layers}:
             arr = np.asarray(feed[name] if name in graph_inputs else outs[name])
             lo, hi = ranges.get(name, (0.0, 0.0))
             ranges[name] = (min(lo, float(arr.min())), max(hi, float(arr.max())))
@@ -405,7 +405,7 @@ def _search(be, ctx, plain, step):
         path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
         metrics = fidelity.compare(reference, be.predict(path, data.samples, session=ctx.session), data.labels)
         value, score, holds, detail = budget.measure(metrics)
-        e = _Eval(tuple(l.name for l in exclude), path, value, score, holds, detail, _size(path), metrics)
+        e = _Eval(tuple(layer.name for layer in exclude), path, value, score, holds, detail, _size(path), metrics)
         evals.append(e)
         step.advance()
         ctx.log(
@@ -438,9 +438,11 @@ def _search(be, ctx, plain, step):
     steps, trimmed, chosen = [], [], first
     sens = {}
     if not first.holds and layers:
-        names = be.layer_names(ctx, layers) if hasattr(be, "layer_names") else {l.name: l.name for l in layers}
-        missing = [l.name for l in layers if not names.get(l.name)]
-        usable = [l for l in layers if names.get(l.name)]
+        names = (
+            be.layer_names(ctx, layers) if hasattr(be, "layer_names") else {layer.name: layer.name for layer in layers}
+        )
+        missing = [layer.name for layer in layers if not names.get(layer.name)]
+        usable = [layer for layer in layers if names.get(layer.name)]
         if missing:
             section["not_in_backend_graph"] = missing
         k = min(budget.sensitivity_samples, len(ctx.calib))
@@ -454,11 +456,11 @@ def _search(be, ctx, plain, step):
             "samples": k,
             "seconds": round(time.perf_counter() - ts, 2),
             "ranking": [
-                {"layer": l.name, "op": l.op, "nsr": round(sens[l.name], 8)}
-                for l in sorted(usable, key=lambda l: -sens[l.name])
+                {"layer": layer.name, "op": layer.op, "nsr": round(sens[layer.name], 8)}
+                for layer in sorted(usable, key=lambda layer: -sens[layer.name])
             ],
         }
-        order = sorted(usable, key=lambda l: -sens[l.name])
+        order = sorted(usable, key=lambda layer: -sens[layer.name])
         floats, pos, group, best = [], 0, 1, first
         while pos < len(order) and len(evals) < budget.max_evaluations:
             added = order[pos : pos + group]
@@ -468,7 +470,7 @@ def _search(be, ctx, plain, step):
             floats = floats + added
             steps.append(
                 {
-                    "added": [l.name for l in added],
+                    "added": [layer.name for layer in added],
                     "float_layers": len(floats),
                     "value_before": before.value,
                     "value_after": chosen.value,
@@ -484,18 +486,18 @@ def _search(be, ctx, plain, step):
                 group *= 2
         if chosen.holds and len(steps[-1]["added"]) > 1:
             # the last group made it hold: try its layers back in int8, least sensitive first
-            for layer in sorted(order[pos - len(steps[-1]["added"]) : pos], key=lambda l: sens[l.name]):
+            for layer in sorted(order[pos - len(steps[-1]["added"]) : pos], key=lambda candidate: sens[candidate.name]):
                 if len(evals) >= budget.max_evaluations:
                     break
-                trial = evaluate([l for l in floats if l.name != layer.name])
+                trial = evaluate([kept for kept in floats if kept.name != layer.name])
                 ok = trial.holds
                 trimmed.append({"layer": layer.name, "value_without": trial.value, "back_in_int8": ok})
                 if ok:
-                    floats = [l for l in floats if l.name != layer.name]
+                    floats = [kept for kept in floats if kept.name != layer.name]
                     chosen = trial
         if not chosen.holds:
             chosen = best
-    by_name = {l.name: l for l in layers}
+    by_name = {layer.name: layer for layer in layers}
     float_layers = []
     for name in chosen.exclude:
         entry = {**by_name[name].to_dict(), "sensitivity_nsr": round(sens.get(name, 0.0), 8)}

@@ -456,7 +456,10 @@ def summary(section):
             f"prunable channels removed, params {section['params_before']:,} -> {section['params_after']:,}, "
             f"{size}{ratio}, {len(section['skipped'])} group(s) skipped"
         )
-    comp = f"{section['size_before']['compressed_bytes'] / 1024:.1f} -> {section['size_after']['compressed_bytes'] / 1024:.1f}"
+    comp = (
+        f"{section['size_before']['compressed_bytes'] / 1024:.1f} -> "
+        f"{section['size_after']['compressed_bytes'] / 1024:.1f}"
+    )
     return (
         f"unstructured {section['ratio']:.0%} ({section['scope']}): weight sparsity {section['sparsity']:.1%}, "
         f"{size}, compressed {comp} KB"

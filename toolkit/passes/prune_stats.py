@@ -4,10 +4,11 @@ Without data a channel's importance is its producers' filter L1 norm (scaled by 
 following BatchNormalization, as folding would scale it; each producer's scores divided
 by their mean so the producers of a residual group weigh alike). With calibration data
 it is what the channel feeds its consumers: mean |activation| (its standard deviation
-when bias correction restores the mean) times the L1 norm of the consumers' weights for it (a first-order estimate of how much the consumers' outputs
-change without it), summed over every Conv/Gemm/MatMul that reads the channel. The same
-statistics give *bias correction*: the removed channels' mean activation times the
-consumer's weights is added to the consumer's bias, so its output keeps its mean.
+when bias correction restores the mean) times the L1 norm of the consumers' weights for it
+(a first-order estimate of how much the consumers' outputs change without it), summed over
+every Conv/Gemm/MatMul that reads the channel. The same statistics give *bias correction*:
+the removed channels' mean activation times the consumer's weights is added to the
+consumer's bias, so its output keeps its mean.
 """
 
 import numpy as np

@@ -186,7 +186,8 @@ class SSHTransport(Transport):
             )
         except paramiko.BadHostKeyException as e:
             raise TransportError(
-                f"{self.description}: the host key does not match known_hosts (expected {e.expected_key.get_base64()[:20]}..., "
+                f"{self.description}: the host key does not match known_hosts "
+                f"(expected {e.expected_key.get_base64()[:20]}..., "
                 f"got {e.key.get_base64()[:20]}...). The device was reinstalled, or someone is in the middle. "
                 "Verify it, then update known_hosts (ssh-keygen -R HOST)."
             ) from None

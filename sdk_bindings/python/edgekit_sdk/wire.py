@@ -58,7 +58,7 @@ def decode_tensors(body):
     try:
         header = json.loads(body[8 : 8 + hlen].decode("utf-8"))
     except (ValueError, RecursionError):
-        raise WireError("tensor header is not valid JSON with a 'tensors' list")
+        raise WireError("tensor header is not valid JSON with a 'tensors' list") from None
     entries = header.get("tensors") if isinstance(header, dict) else None
     if not isinstance(entries, list):
         raise WireError("tensor header is not valid JSON with a 'tensors' list")
@@ -73,7 +73,7 @@ def decode_tensors(body):
             name, dtype, shape = e["name"], e["dtype"], [int(d) for d in e["shape"]]
             offset, nbytes = int(e["offset"]), int(e["nbytes"])
         except (KeyError, TypeError, ValueError):
-            raise WireError("tensor entry needs name, dtype, shape, offset, nbytes")
+            raise WireError("tensor entry needs name, dtype, shape, offset, nbytes") from None
         if not isinstance(name, str) or not 0 < len(name) <= 256:
             raise WireError("tensor names are strings of 1 to 256 characters")
         if name in names:
@@ -116,7 +116,7 @@ def tensors_from_json(obj):
             else:
                 a = np.asarray(t, dtype="float32")
         except (KeyError, TypeError, ValueError) as e:
-            raise WireError("input %r: cannot build a tensor from the JSON (%s)" % (name, e))
+            raise WireError("input %r: cannot build a tensor from the JSON (%s)" % (name, e)) from e
         out[name] = a
     return out
 
