@@ -144,6 +144,7 @@ def test_unreachable_budget_fails_clearly_or_is_written_degraded(tmp_path, tiny_
     assert r["fidelity"]["degraded_allowed"] and (tmp_path / "d" / "model.onnx").exists()
 
 
+@pytest.mark.e2e  # the tool-environment backends' availability check starts their Python
 def test_budget_refusals(tmp_path, tiny_model, tiny_calib):
     with pytest.raises(DataError, match="labels"):  # accuracy points without labels
         edgekit.build(tiny_model, "host", tmp_path / "a", precision="int8", calib=tiny_calib, budget="1pt")

@@ -115,19 +115,20 @@ def model_files(tmp_path_factory):
 
 
 # -- docstrings ---------------------------------------------------------------------------
-def test_edgekit_docstring(tmp_path, tiny_model, tiny_calib, agent_roots):
+def test_edgekit_docstring(tmp_path, agent_roots):
     (code,) = docstring_blocks(edgekit.__doc__)
-    shutil.copy(tiny_model, tmp_path / "model.onnx")
-    shutil.copy(tiny_calib, tmp_path / "data.npz")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(PPOCR, tmp_path / "examples" / "ppocr_mobile_v2_cls.onnx")  # run from the repository's root
     p = run_snippet(code, tmp_path, env={"EDGEKIT_DEVICE_ROOT": str(agent_roots("device"))})
     assert float(p.stdout.split()[-1]) > 0  # print(result["latency_ms"]["p50"])
 
 
 def test_edgekit_sdk_docstring(tmp_path, ppocr_on_a_device):
     (code,) = docstring_blocks(edgekit_sdk.__doc__)
-    _, port = ppocr_on_a_device
+    root, _ = ppocr_on_a_device
     prelude = "import numpy as np\nbatch = np.zeros((1, 3, 48, 192), np.float32)\n"
-    run_snippet(code + "\nassert outputs\n", tmp_path, replace=[("8765", str(port))], prelude=prelude)
+    replace = [("AgentClient.local()", f"AgentClient.local({str(root)!r})")]
+    run_snippet(code + "\nassert outputs\n", tmp_path, replace=replace, prelude=prelude)
 
 
 # -- README ---------------------------------------------------------------------------------

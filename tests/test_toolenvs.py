@@ -207,33 +207,36 @@ def children():
 
 # Stands in for tools/runner_worker.py (a unit test of the host side of the protocol: deadlines, cleanup).
 FAKE_WORKER = r"""
-import json, sys, time
+# speaks the agent's tensor encoding (edgekit_sdk.wire) by hand: this environment has no numpy
+import json, struct, sys, time
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 mode = None
+
+def reply(head, tensors=(), payload=b""):
+    raw = json.dumps(dict(head, tensors=list(tensors))).encode()
+    out.write(b"EKT1" + struct.pack("<I", len(raw)) + raw + payload)
+    out.flush()
+
 while True:
-    line = inp.readline()
-    if not line:
+    prefix = inp.read(8)
+    if len(prefix) < 8:
         break
-    req = json.loads(line)
-    for m in req.get("arrays") or []:
-        inp.read(m["nbytes"])
+    req = json.loads(inp.read(struct.unpack("<I", prefix[4:])[0]).decode())
+    inp.read(sum(int(e["nbytes"]) for e in req["tensors"]))
     if req["cmd"] == "load":
         mode = req["manifest"]["mode"]
         if mode == "fail-load":
-            out.write(b'{"ok": false, "error": "RunnerFault: cannot load the model"}\n')
+            reply({"ok": False, "error": "RunnerFault: cannot load the model"})
         else:
-            out.write(b'{"ok": true, "describe": {"fake": true}}\n')
+            reply({"ok": True, "describe": {"fake": True}})
     elif req["cmd"] == "run":
         if mode == "hang":
             time.sleep(600)
-        arrays = [{"name": "y", "dtype": "float32", "shape": [2], "nbytes": 8}]
-        out.write(json.dumps({"ok": True, "arrays": arrays}).encode() + b"\n")
-        out.write(b"\0" * 8)
+        y = {"name": "y", "dtype": "float32", "shape": [2], "offset": 0, "nbytes": 8}
+        reply({"ok": True, "ms": 0.0}, [y], b"\0" * 8)
     elif req["cmd"] == "close":
-        out.write(b'{"ok": true}\n')
-        out.flush()
+        reply({"ok": True})
         break
-    out.flush()
 """
 
 

@@ -5,8 +5,8 @@ device can use it too: it ships inside the agent's zipapp (``sys.path.insert(0,
 "edgekit-agent.pyz")``) and with the host package::
 
     from edgekit_sdk import AgentClient
-    agent = AgentClient("127.0.0.1", 8765)
-    agent.load("ppocr_mobile_v2_cls")
+    agent = AgentClient.local()  # this machine's agent: port and token from its root (~/.cache/edgekit/device)
+    agent.load("ppocr_mobile_v2_cls")  # changes state: needs the token, even on loopback
     outputs = agent.infer("ppocr_mobile_v2_cls", {"x": batch})
 """
 
