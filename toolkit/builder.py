@@ -237,6 +237,7 @@ def _build_one(
             f"backend {backend} cannot build precision {precision!r}; choose from {', '.join(be.precisions)}"
         )
     if precision == "int8" and calib_ds is None:
+        be.refuse_unbuildable(precision)  # a precision this backend refuses says so first, with its reason
         raise DataError(int8_needs_calibration(backend, be.precisions))
     thresholds = fidelity.thresholds_for(precision, min_cosine, min_top1, max_accuracy_drop, min_score=min_score)
     if task is not None:
