@@ -437,4 +437,4 @@ def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle
     )
     r = one_json(p.stdout)
     assert r["installed"]["previous"] == v1 and r["bundle_id"] != v1
-    assert "resuming model.onnx at byte" in p.stderr
+    assert r["installed"]["transfer"]["resumed_bytes"] > 0  # resumed where the cut upload stopped (--json: no log)
