@@ -512,3 +512,12 @@ def test_fleet_commands_pass_their_progress(cli, monkeypatch, tmp_path):
     (a1, names, log1), (a2, _, log2) = seen
     assert (a1, a2, names) == ("deploy", "bench", ["a", "b"])
     assert isinstance(log1, Progress) and log1.verbose and log1.mode != "quiet" and log2.mode == "quiet"
+
+
+@pytest.mark.e2e  # the tool-environment backends' availability check starts their Python
+def test_backends_lists_only_the_precisions_it_builds(cli):
+    rows = {line.split()[1]: line for line in cli("backends").stdout.splitlines() if line[:3] in ("ok ", "NO ")}
+    assert "fp32" in rows["paddlelite"] and "int8" not in rows["paddlelite"].split("paddlelite", 2)[1][:45]
+    refused = one_json(cli("backends", "--json").stdout)
+    paddle = next(b for b in refused["backends"] if b["name"] == "paddlelite")
+    assert set(paddle["refused"]) == {"fp16", "int8"} and all(paddle["refused"].values())

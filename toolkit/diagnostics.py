@@ -16,7 +16,12 @@ def doctor() -> dict[str, Any]:
             detail = detail if ok else be.explain_unavailable(detail)
         except Exception as e:  # report, don't crash: doctor must always answer
             ok, detail = False, f"availability check failed: {type(e).__name__}: {e}"
-        backends[name] = {"ok": ok, "detail": detail, "precisions": list(be.precisions)}
+        backends[name] = {
+            "ok": ok,
+            "detail": detail,
+            "precisions": list(be.precisions),
+            "refused": {p: r for p, r in be.row.refused.items()},  # listed, but not built by this release (why)
+        }
         if getattr(be, "toolenv", None) is not None:
             from . import toolenvs
 

@@ -613,6 +613,7 @@ def backends():
                 "ok": ok,
                 "detail": detail if ok else be.explain_unavailable(detail),
                 "precisions": list(be.precisions),
+                "refused": dict(be.row.refused),  # listed, but not built by this release (the reason)
                 "toolenv": state(spec) if spec else None,
             }
         )
