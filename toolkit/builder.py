@@ -16,6 +16,7 @@ import numpy as np
 
 from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
 from . import bundle as bundle_mod
+from . import stream as stream_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
 from .errors import DataError, ProfileError
 from .model import load_model, parse_input_shapes
@@ -52,10 +53,13 @@ def build(
     task=None,
     metric=None,
     min_score=None,
+    stream=None,
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
+    ``stream`` (``{"state": "stateN"}`` or ``["state=stateN"]``): outputs fed back as inputs at the next step;
+    the data are then sequences and fidelity is measured over them (:mod:`edgekit.stream`, docs/STREAMS.md).
     Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
     ``output`` is then left as it was.
 
@@ -80,6 +84,7 @@ def build(
         task=task,
         metric=metric,
         min_score=min_score,
+        stream=stream,
         prune=prune,
         prune_mode=prune_mode,
         prune_recipe=prune_recipe,
@@ -210,6 +215,7 @@ def _build_one(
     task=None,
     metric=None,
     min_score=None,
+    stream=None,
 ):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -225,10 +231,13 @@ def _build_one(
         )
     bundle_mod.check_output(output)
 
-    src = load_model(model, input_shapes, shape_hints.data_reader([calib, val], preprocess))
-    calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
-    val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
-    fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
+    src = load_model(model, input_shapes, shape_hints.data_reader([] if stream else [calib, val], preprocess))
+    plan = stream_mod.plan(stream, src)  # --stream: data as sequences, each candidate run with its own state
+    load = plan.load if plan else load_dataset
+    calib_ds = load(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
+    val_ds = load(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
+    fid_ds = val_ds or calib_ds or (plan.synthetic() if plan else synthetic_dataset(src.inputs))
+    runs = plan.runner(be, fid_ds) if plan else be
 
     if precision in (None, "auto"):
         precision = be.default_precision(prof, calib_ds is not None)
@@ -276,6 +285,7 @@ def _build_one(
             "name": bundle_name,
             **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
             **({"prune": pruning} if pruning else {}),
+            **({"stream": plan.to_dict()} if plan else {}),
             **({"toolenv": be.toolenv.digest()} if getattr(be, "toolenv", None) is not None else {}),
         }
     )
@@ -319,8 +329,9 @@ def _build_one(
 
         def check(step, model_path):
             with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
-                outputs = be.predict(model_path, fid_ds.samples, session=session)
+                outputs = runs.predict(model_path, fid_ds.samples, session=session)
             last_outputs[0] = outputs
+            streamed = plan.metrics(reference_outputs, outputs, fid_ds) if plan else None
             record = fidelity.check_step(
                 step,
                 reference_outputs,
@@ -331,6 +342,8 @@ def _build_one(
                 task=judged_by,
                 metric=user_metric,
             )
+            if streamed:
+                record["stream"] = streamed
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
             return record
@@ -392,6 +405,7 @@ def _build_one(
                 "runner": result.runner_options,
                 "ops": result.ops,
                 "sample_inputs_synthetic": fid_ds.synthetic,
+                **({"stream": plan.to_dict()} if plan else {}),
             }
             manifest["id"] = bundle_mod.bundle_id(manifest)
             bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)
@@ -461,6 +475,7 @@ def _build_one(
                 ),
                 **result.sections,
                 **({"pruning": pruning} if pruning else {}),
+                **({"stream": plan.report(fid_ds)} if plan else {}),
                 "cache": {"hit": False, "key": cache_key},
                 "build_seconds": round(time.perf_counter() - t0, 3),
                 "output": str(output),

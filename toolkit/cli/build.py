@@ -40,6 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
     s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
     s.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="fix an input's shape (repeatable)")
+    s.add_argument(
+        "--stream",
+        action="append",
+        metavar="INPUT=OUTPUT",
+        help="a stateful model: OUTPUT feeds INPUT at the next step, e.g. state=stateN (repeatable); --calib/--val "
+        "are then sequences (docs/STREAMS.md)",
+    )
     s.add_argument("--name", help="model name on the device (default: the model file's stem)")
     s.add_argument("--min-cosine", type=float, help="fidelity threshold: minimum cosine similarity")
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
@@ -48,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--task",
         help="what the model is for, judged by its own metric (default: inferred from the model, the reason in the "
         "report): classification, detection[:yolov8|yolov5|yolox|picodet|ssd|nms][,conf=0.25,iou=0.45], "
-        "segmentation, dense[,thresh=0.3], keypoints, ctc[,blank=0], embedding, generic (docs/TASKS.md)",
+        "segmentation, dense[,thresh=0.3], keypoints, ctc[,blank=0], embedding, vad[,thresh=0.5], generic (docs/TASKS.md)",
     )
     s.add_argument(
         "--metric",
@@ -141,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             val=args.val,
             preprocess=args.preprocess,
             input_shapes=args.input_shape,
+            stream=args.stream,
             name=args.name,
             min_cosine=args.min_cosine,
             min_top1=args.min_top1,
@@ -182,6 +190,8 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         raise EdgekitError(
             "--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto"
         )
+    if args.stream:
+        raise EdgekitError("--auto does not build streams yet: build each backend with --stream without --auto")
     if args.backend is not None:
         raise EdgekitError("--auto tries every backend the profile runs: use --backends B1,B2 instead of --backend")
     if args.allow_degraded:

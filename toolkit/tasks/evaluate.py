@@ -27,6 +27,7 @@ PRIMARY = {
     "keypoints": "pck",
     "ctc": "char_accuracy",
     "embedding": "cosine_mean",
+    "vad": "frame_agreement",
 }
 
 
@@ -204,6 +205,12 @@ def evaluate(spec: TaskSpec, reference: Outputs, candidate: Outputs, labels: Any
                 for k, idx in (("reference", ref_idx), ("candidate", cand_idx))
             }
             result["labels"] = {"metric": "char_accuracy_pct", **score, "drop": score["reference"] - score["candidate"]}
+    elif fam == "vad":  # speech probability per frame (each sample one frame, or a stream's step)
+
+        def probs(outputs: Outputs) -> np.ndarray:
+            return np.concatenate([(np.asarray(s[name]) if name else _floats(s)[0][1]).ravel() for s in outputs])
+
+        m = M.vad_agreement(probs(reference), probs(candidate), spec.num("thresh"))
     elif fam in ("embedding", "classification", "keypoints"):
 
         def rows(outputs: Outputs) -> np.ndarray:

@@ -25,6 +25,7 @@ GATES: dict[str, dict[str, dict[str, float]]] = {
     "dense": {"fp32": {"mask_iou": 0.99}, "fp16": {"mask_iou": 0.97}, "int8": {"mask_iou": 0.85}},
     "keypoints": {"fp32": {"pck": 0.99}, "fp16": {"pck": 0.98}, "int8": {"pck": 0.95}},
     "ctc": {"fp32": {"char_accuracy": 0.995}, "fp16": {"char_accuracy": 0.99}, "int8": {"char_accuracy": 0.97}},
+    "vad": {"fp32": {"frame_agreement": 0.99}, "fp16": {"frame_agreement": 0.98}, "int8": {"frame_agreement": 0.95}},
     "embedding": {
         "fp32": {"cosine_mean": 0.9999},
         "fp16": {"cosine_mean": 0.999},
@@ -37,6 +38,8 @@ ADVICE = {
     "dense": "keep the last layers and the final sigmoid in float, calibrate on more representative images, "
     "or use a higher precision",
     "segmentation": "keep the decoder's last layers in float or use a higher precision",
+    "vad": "keep the last layers and the state's recurrent cell in float, calibrate on speech and silence, "
+    "or use a higher precision",
     "ctc": "keep the final classifier and softmax in float or use a higher precision",
 }
 DEFAULT_ADVICE = "use better calibration data or a higher precision"

@@ -146,6 +146,18 @@ def classification_agreement(reference: np.ndarray, candidate: np.ndarray) -> di
     }
 
 
+def vad_agreement(reference: np.ndarray, candidate: np.ndarray, thresh: float) -> dict[str, float]:
+    """Speech probabilities per frame: the fraction of frames where both say speech (or both no speech) at the
+    decoder's threshold, the speech fractions of each, and the largest probability difference."""
+    r, c = reference.astype(np.float64) > thresh, candidate.astype(np.float64) > thresh
+    return {
+        "frame_agreement": float(np.mean(r == c)) if r.size else 1.0,
+        "speech_frames_reference": float(np.mean(r)) if r.size else 0.0,
+        "speech_frames_candidate": float(np.mean(c)) if c.size else 0.0,
+        "max_probability_error": float(np.max(np.abs(reference - candidate))) if r.size else 0.0,
+    }
+
+
 def keypoint_agreement(reference: np.ndarray, candidate: np.ndarray, tol: float) -> dict[str, float]:
     """Fraction of coordinates within tol x the reference's coordinate range (PCK-like) and the worst error."""
     span = float(reference.max() - reference.min()) or 1.0

@@ -28,6 +28,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], dict[str, float | str]]] = {
     "keypoints": ((), {"tol": 0.02}),
     "ctc": ((), {"blank": 0}),
     "embedding": ((), {}),
+    "vad": ((), {"thresh": 0.5}),
     "generic": ((), {}),
 }
 # parameters a head needs beyond the family's defaults (filled by inference from the model, or given by hand)
@@ -40,7 +41,7 @@ TEXT_PARAMS = {"size", "strides", "box", "layout", "charset", "output"}
 FORMS = (
     "classification | detection:HEAD[,conf=0.25,iou=0.45,match=0.5] (HEAD: yolov8, yolov5, yolox, picodet, ssd, nms) "
     "| segmentation[,thresh=0.5] | dense[,thresh=0.3,box_thresh=0.5] | keypoints[,tol=0.02] | ctc[,blank=0] "
-    "| embedding | generic"
+    "| embedding | vad[,thresh=0.5] | generic"
 )
 
 
