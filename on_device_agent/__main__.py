@@ -55,6 +55,10 @@ def main(argv=None):
             "--max-batch", type=int, default=8, help="requests in one batch at most (with --batch-window-ms)"
         )
         s.add_argument(
+            "--max-sessions", type=int, default=1024, help="streams' sessions kept at most (least recently used go)"
+        )
+        s.add_argument("--session-ttl", type=float, default=600.0, help="seconds an idle stream session is kept")
+        s.add_argument(
             "--breaker",
             default="",
             metavar="KEY=N,...",
@@ -121,6 +125,8 @@ def main(argv=None):
         return supervise(self_command() + serve_args, serve_args[serve_args.index("--root") + 1])
     if args.cmd in ("serve", "start") and not (0 <= args.batch_window_ms <= 1000 and 1 <= args.max_batch <= 256):
         p.error("--batch-window-ms must be from 0 to 1000 and --max-batch from 1 to 256")
+    if args.cmd in ("serve", "start") and not (args.max_sessions >= 1 and args.session_ttl > 0):
+        p.error("--max-sessions must be at least 1 and --session-ttl more than 0 seconds")
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -140,6 +146,8 @@ def main(argv=None):
             breaker=_breaker(p, args.breaker),
             batch_window_ms=args.batch_window_ms,
             max_batch=args.max_batch,
+            max_sessions=args.max_sessions,
+            session_ttl_s=args.session_ttl,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -200,6 +208,10 @@ def main(argv=None):
                 str(args.batch_window_ms),
                 "--max-batch",
                 str(args.max_batch),
+                "--max-sessions",
+                str(args.max_sessions),
+                "--session-ttl",
+                str(args.session_ttl),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
         else:

@@ -82,13 +82,16 @@ def infer(h, name):
     t_arrive = time.perf_counter()
     binary = h.headers.get("Content-Type", "").startswith(CONTENT_TYPE)
     pre_ms = h.headers.get("X-Edgekit-Pre-Ms")
+    session = h.headers.get("X-Edgekit-Session")  # a stream's session (sessions.py); JSON bodies may name it too
     try:
         try:
             pre_ms = float(pre_ms) if pre_ms is not None else None
             if binary:
                 feeds, _ = decode_tensors(h.body())
             else:
-                feeds = tensors_from_json(h.json_body().get("inputs"))
+                body = h.json_body()
+                feeds = tensors_from_json(body.get("inputs"))
+                session = body.get("session", session)
         except (WireError, ValueError, TypeError) as e:
             raise HTTPError(400, str(e)) from None
         except RecursionError:
@@ -96,12 +99,23 @@ def infer(h, name):
     except Exception as e:
         h.service.reject(name, e)
         raise
-    outputs, meta = h.service.infer(name, feeds, t_arrive, pre_ms)
+    outputs, meta = h.service.infer(name, feeds, t_arrive, pre_ms, session)
     if binary:
         h.send(200, encode_tensors(outputs, meta), CONTENT_TYPE)
         return None
     meta["outputs"] = tensors_to_json(outputs)
     return meta
+
+
+@route("GET", "/v1/models/([^/]+)/sessions")
+def list_sessions(h, name):
+    return h.service.list_sessions(name)
+
+
+@route("DELETE", "/v1/models/([^/]+)/sessions/([^/]+)", serving=True)
+def end_session(h, name, session):
+    h.body()
+    return h.service.end_session(name, session)
 
 
 @route("POST", "/v1/models/([^/]+)/bench")

@@ -22,6 +22,7 @@ from .errors import AgentError
 from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
 from .serving import OUTCOMES, Serving
+from .sessions import MAX_SESSIONS, TTL_S, SessionTable
 from .store import Store, StoreError, check_name
 from .telemetry import Recorder
 from .traffic import TrafficSplit
@@ -54,8 +55,11 @@ class AgentService(Serving):
         breaker=None,
         batch_window_ms=0.0,
         max_batch=8,
+        max_sessions=MAX_SESSIONS,
+        session_ttl_s=TTL_S,
     ):
         self.store = Store(root)
+        self.sessions = SessionTable(max_sessions, session_ttl_s)  # streams' state per session
         self.max_queue = max_queue
         self.batch_window_ms, self.max_batch = batch_window_ms, max_batch
         self.token = token
@@ -241,6 +245,7 @@ class AgentService(Serving):
             result = self.store.remove(name)
             self.traffic.clear(name)
             self.breakers.forget(name)
+            self.sessions.forget(name)
         with self._lock:
             self._load_locks.pop(name, None)
         if self.recorder:

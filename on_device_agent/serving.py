@@ -28,6 +28,7 @@ class Serving(object):
     _load_lock: Any
     _get_loaded: Any
     _record: Any
+    sessions: Any
 
     def _pick(self, name):
         """The version this request goes to: the current one or the split's draw, unless its breaker is open."""
@@ -86,13 +87,22 @@ class Serving(object):
             model.pending += 1
 
     def infer(
-        self, name: str, feeds: Dict[str, Any], t_arrive: float, pre_ms: Optional[float] = None
+        self,
+        name: str,
+        feeds: Dict[str, Any],
+        t_arrive: float,
+        pre_ms: Optional[float] = None,
+        session: Optional[str] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival."""
-        model = version = None
+        """Run ``feeds`` on the model; returns ``(outputs, meta)``. ``t_arrive``: perf_counter at arrival.
+        ``session``: a stream's session id; its stored state is fed and the new one kept (``sessions.py``)."""
+        model = version = slot = None
         try:
             version = self._pick(name)
             model = self._serving(name, version)
+            if session is not None:
+                slot = self.sessions.open(name, session, model.version, model.runner.manifest)
+                feeds = slot.feeds(feeds)
             model.runner.check_feeds(feeds)
             self._enter(model)
             try:
@@ -108,12 +118,17 @@ class Serving(object):
             finally:
                 with self._lock:
                     model.pending -= 1
+            if slot is not None:
+                outputs = slot.keep(outputs)
         except Exception as e:
             status = getattr(e, "status", 500)
             if version is not None and status not in (400, 404, 503):  # the version failed, not the request
                 self._observe(name, version, True)
             self._record(name, model, OUTCOMES.get(status, "error"), error=str(e)[:300])
             raise
+        finally:
+            if slot is not None:
+                slot.release()
         infer_ms, queue_ms = (t1 - t0) * 1000.0, (t0 - t_arrive) * 1000.0
         self._observe(name, model.version, False, infer_ms)
         shape = ";".join("x".join(str(d) for d in a.shape) for a in feeds.values())[:256]
@@ -126,4 +141,15 @@ class Serving(object):
             "batch": batch,
             "request_id": rid,
         }
+        if slot is not None:
+            meta["session"] = slot.meta()
         return outputs, meta
+
+    def end_session(self, name: str, session: Any) -> Dict[str, Any]:
+        """Forget a stream's session: its next request starts from the initial state."""
+        self.store.current(check_name("model name", name))
+        return self.sessions.delete(name, session)
+
+    def list_sessions(self, name: str) -> Dict[str, Any]:
+        self.store.current(check_name("model name", name))
+        return {"name": name, "sessions": self.sessions.list(name), **self.sessions.stats()}

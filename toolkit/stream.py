@@ -216,7 +216,8 @@ class StreamPlan:
 
     def _dataset(self, seqs: list[Sequence], source: str, synthetic: bool, limit: int | None) -> Dataset:
         if limit:
-            kept, total = [], 0
+            kept: list[Sequence] = []
+            total = 0
             for s in seqs:
                 if kept and total + len(s.steps) > limit:
                     break

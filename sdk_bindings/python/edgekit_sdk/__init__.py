@@ -11,6 +11,7 @@ device can use it too: it ships inside the agent's zipapp (``sys.path.insert(0,
 """
 
 from .client import AgentClient, AgentHTTPError
+from .stream import Stream
 from .wire import CONTENT_TYPE, decode_tensors, encode_tensors
 
-__all__ = ["AgentClient", "AgentHTTPError", "CONTENT_TYPE", "decode_tensors", "encode_tensors"]
+__all__ = ["AgentClient", "AgentHTTPError", "CONTENT_TYPE", "Stream", "decode_tensors", "encode_tensors"]

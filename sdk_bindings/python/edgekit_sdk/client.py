@@ -113,8 +113,19 @@ class AgentClient(object):
     def __exit__(self, *exc):
         self.close()
 
-    def request(self, method, path, body=None, content_type="application/json", timeout=None, raw=False, length=None):
-        """One request; ``body`` is a dict (sent as JSON), bytes, or a file object of ``length`` bytes."""
+    def request(
+        self,
+        method,
+        path,
+        body=None,
+        content_type="application/json",
+        timeout=None,
+        raw=False,
+        length=None,
+        headers=None,
+    ):
+        """One request; ``body`` is a dict (sent as JSON), bytes, or a file object of ``length`` bytes;
+        ``headers``: more request headers ``{name: value}``."""
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode("utf-8")
         if length is None:
@@ -128,6 +139,10 @@ class AgentClient(object):
         ]
         if self.token:
             head.append("Authorization: Bearer " + self.token)
+        for key, value in (headers or {}).items():
+            if any(c in str(key) + str(value) for c in "\r\n"):
+                raise ValueError("header %s: a value cannot hold a line break" % key)
+            head.append("%s: %s" % (key, value))
         head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         for attempt in (0, 1):
             fresh = self._conn is None
@@ -184,13 +199,34 @@ class AgentClient(object):
     def unload(self, name):
         return self.request("POST", "/v1/models/%s/unload" % name, {})
 
-    def infer(self, name, inputs, with_meta=False):
-        """``inputs``: ``{name: ndarray}``; returns ``{name: ndarray}`` (and the response header)."""
+    def infer(self, name, inputs, with_meta=False, session=None):
+        """``inputs``: ``{name: ndarray}``; returns ``{name: ndarray}`` (and the response header).
+        ``session``: a stream's session id (the agent feeds and keeps its state; see :meth:`stream`)."""
         data, ctype = self.request(
-            "POST", "/v1/models/%s/infer" % name, encode_tensors(inputs), content_type=CONTENT_TYPE, raw=True
+            "POST",
+            "/v1/models/%s/infer" % name,
+            encode_tensors(inputs),
+            content_type=CONTENT_TYPE,
+            raw=True,
+            headers={"X-Edgekit-Session": session} if session is not None else None,
         )
         outputs, header = decode_tensors(data)
         return (outputs, header) if with_meta else outputs
+
+    def stream(self, name, session=None):
+        """A :class:`~edgekit_sdk.stream.Stream` over a model built with ``--stream``: send each step's data
+        inputs, the agent keeps the state (``session``: its id, default a new random one)."""
+        from .stream import Stream
+
+        return Stream(self, name, session)
+
+    def sessions(self, name):
+        """The stream sessions the agent keeps for ``name``, and the table's bounds."""
+        return self.request("GET", "/v1/models/%s/sessions" % name)
+
+    def end_session(self, name, session):
+        """Forget a session's state (its next request starts from the initial state)."""
+        return self.request("DELETE", "/v1/models/%s/sessions/%s" % (name, session))
 
     def infer_json(self, name, inputs):
         return self.request("POST", "/v1/models/%s/infer" % name, {"inputs": inputs})

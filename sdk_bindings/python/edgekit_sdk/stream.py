@@ -1,0 +1,51 @@
+"""Streaming a stateful model through the agent: one session, its state kept on the device.
+
+    with agent.stream("silero_vad") as vad:
+        for frame in frames:
+            prob = vad.step({"input": frame, "sr": sr})["output"]
+
+Each :meth:`Stream.step` sends only the data inputs; the agent feeds the state this session's last step output
+(zeros at the first) and answers the other outputs. Leaving the ``with`` block (or :meth:`close`) ends the session
+on the agent; :meth:`reset` starts it again from the initial state.
+"""
+
+import uuid
+
+from .client import AgentHTTPError
+
+
+class Stream(object):
+    def __init__(self, client, model, session=None):
+        self.client, self.model = client, model
+        self.session = session or uuid.uuid4().hex
+        self.steps = 0
+        self.last_meta = None
+
+    def step(self, inputs):
+        """One step: ``{input: ndarray}`` without the state inputs -> ``{output: ndarray}`` without the state."""
+        outputs, meta = self.client.infer(self.model, inputs, with_meta=True, session=self.session)
+        self.last_meta = meta
+        self.steps += 1
+        return outputs
+
+    def run(self, steps):
+        """Every step of ``steps`` (an iterable of input dicts) in order; the list of their outputs."""
+        return [self.step(inputs) for inputs in steps]
+
+    def reset(self):
+        """Forget the state on the agent: the next step starts from the initial state."""
+        try:
+            self.client.end_session(self.model, self.session)
+        except AgentHTTPError as e:
+            if e.status != 404:  # nothing kept yet (or expired): already reset
+                raise
+        self.steps = 0
+
+    def close(self):
+        self.reset()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
