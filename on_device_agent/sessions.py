@@ -170,7 +170,7 @@ class SessionTable(object):
         with self._lock:
             n = len(self._table)
         return {
-            "sessions": n,
+            "kept": n,
             "max_sessions": self.max_sessions,
             "ttl_s": self.ttl_s,
             "evicted": self.evicted,
