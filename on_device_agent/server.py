@@ -112,10 +112,15 @@ def list_sessions(h, name):
     return h.service.list_sessions(name)
 
 
-@route("DELETE", "/v1/models/([^/]+)/sessions/([^/]+)", serving=True)
-def end_session(h, name, session):
+@route("DELETE", "/v1/models/([^/]+)/sessions", serving=True)
+def end_session(h, name):
+    from urllib.parse import parse_qs
+
     h.body()
-    return h.service.end_session(name, session)
+    given = parse_qs(h.path.partition("?")[2]).get("session") or [h.headers.get("X-Edgekit-Session")]
+    if given[0] is None:
+        raise HTTPError(400, "name the session to end: ?session=ID (or the X-Edgekit-Session header)")
+    return h.service.end_session(name, given[0])
 
 
 @route("POST", "/v1/models/([^/]+)/bench")

@@ -226,7 +226,7 @@ class AgentClient(object):
 
     def end_session(self, name, session):
         """Forget a session's state (its next request starts from the initial state)."""
-        return self.request("DELETE", "/v1/models/%s/sessions/%s" % (name, session))
+        return self.request("DELETE", "/v1/models/%s/sessions" % name, headers={"X-Edgekit-Session": session})
 
     def infer_json(self, name, inputs):
         return self.request("POST", "/v1/models/%s/infer" % name, {"inputs": inputs})
