@@ -52,6 +52,7 @@ def test_the_report_and_manifest_describe_the_stream(built):
         drift = last["stream"]["state_drift"]["state"]
         assert drift["output"] == "stateN" and drift["max_abs_error_at_end"] < 0.1 * drift["reference_max_abs"]
         assert last["task"]["family"] == "vad" and last["task"]["metrics"]["frame_agreement"] >= 0.95
+        assert "state state: max|err|" in (bundle / "report.txt").read_text()
 
 
 def test_streaming_with_sessions_matches_the_sequence_run_by_hand(built, agent_roots):

@@ -47,9 +47,20 @@ def build_text(r):
         f"  fidelity on {fid['data']['samples']} samples from {fid['data']['source']}: "
         f"{'PASSED' if fid['passed'] else 'DEGRADED (allowed)' if fid['degraded_allowed'] else 'FAILED'}"
     )
+    if r.get("stream"):
+        st = r["stream"]
+        pairs = ", ".join(f"{o} -> {i}" for i, o in st["state"].items())
+        lines.append(
+            f"  stream     {pairs}: {st['sequences']} sequences, {st['steps']} steps, each run on its own state"
+        )
     for s in fid["steps"]:
         lines.append(f"    {s['step']}: {summary(s)}")
         lines += [f"      ! {f}" for f in s["failures"]]
+        for i, d in s.get("stream", {}).get("state_drift", {}).items():
+            lines.append(
+                f"      state {i}: max|err| {d['max_abs_error_at_end']:.3g} at the end of a sequence, "
+                f"{d['max_abs_error_any_step']:.3g} at any step (reference max |{i}| {d['reference_max_abs']:.3g})"
+            )
     ops = r.get("ops", [])
     lines.append(
         f"  operators of {r.get('ops_graph') or 'the built model'}: {sum(o['count'] for o in ops)} nodes, "
