@@ -90,14 +90,14 @@ def stream_pairs(manifest: Dict[str, Any]) -> Dict[str, str]:
 
 
 def zero_state(spec: Optional[Dict[str, Any]], name: str) -> Any:
+    """The initial state: zeros, a dynamic dimension at 1 (as the build's sequences start); an app that wants
+    other sizes sends the state with the session's first request."""
     import numpy as np
 
-    if spec is None or not all(isinstance(d, int) for d in spec.get("shape", [])):
-        raise AgentError(
-            400,
-            "state input %r has dynamic dimensions: send its initial value with the session's first request" % name,
-        )
-    return np.zeros(spec["shape"], np.dtype(spec["dtype"]))
+    if spec is None:
+        raise AgentError(500, "the manifest's stream names %r, which is not one of the model's inputs" % name)
+    shape = [d if isinstance(d, int) else 1 for d in spec.get("shape", [])]
+    return np.zeros(shape, np.dtype(spec["dtype"]))
 
 
 class SessionTable(object):
