@@ -186,3 +186,39 @@ def test_sessions_refuse_bad_ids_and_models_without_a_stream():
         assert slot.feeds({"x": np.ones((1, 4), np.float32)})["state"].shape == (1, 4)
     finally:
         slot.release()
+
+
+def test_a_stateful_probability_output_is_inferred_as_vad(tmp_path):
+    import onnxruntime as ort
+
+    from edgekit.tasks import infer_task
+
+    path = streams.stateful(tmp_path / "m.onnx")
+    feed = {"x": np.ones((1, 4), np.float32), "state": np.zeros((1, 4), np.float32)}
+    out = dict(zip(["out", "stateN"], ort.InferenceSession(str(path)).run(["out", "stateN"], feed)))
+    inferred = infer_task(path, out, feed)
+    assert inferred.spec.family == "vad" and "stateN the shape of an input" in inferred.reason
+    # without the state evidence (no sample inputs), or with a second output that is not a state: not a guess
+    assert infer_task(path, out, None).spec.family != "vad"
+    assert infer_task(path, {"out": out["out"], "stateN": np.ones((1, 5), np.float32)}, feed).spec.family != "vad"
+
+
+def test_silero_vad_is_inferred_as_vad():
+    import sys
+
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(streams.ZOO))
+    import fetch  # noqa: PLC0415
+
+    from edgekit.tasks import infer_task
+
+    model = fetch.fetch_all(fetch.zoo_dir(), ["silero_vad"])["silero_vad"]
+    rng = np.random.default_rng(0)
+    feed = {
+        "input": (0.1 * rng.standard_normal((1, 576))).astype(np.float32),
+        "state": np.zeros((2, 1, 128), np.float32),
+        "sr": np.array(16000, np.int64),
+    }
+    out = dict(zip(["output", "stateN"], ort.InferenceSession(str(model)).run(["output", "stateN"], feed)))
+    assert infer_task(model, out, feed).spec.family == "vad"

@@ -8,6 +8,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 WIDTH = 4
+ZOO = Path(__file__).resolve().parents[2] / "benchmarks" / "zoo"
 
 
 def weights(seed: int = 0) -> np.ndarray:

@@ -106,6 +106,9 @@ def infer_task(
     if len(known) < len(names):
         return generic(f"output shapes not all known ({', '.join(_dims(s) for s in shapes.values())})")
 
+    stateful = _stateful_probability(names, shapes, values, inputs)
+    if stateful is not None:
+        return stateful
     if len(names) == 1:
         return _one_output(names[0], known[names[0]], _tail_op(graph, names[0]), values.get(names[0]), hw, generic)
     return _several_outputs(names, known, hw, generic)
@@ -175,6 +178,34 @@ def _one_output(name, s, tail, value, hw, generic) -> Inference:  # type: ignore
             )
         return generic(f"one output {_dims(s)} ending in {tail or 'an input'}: logits or an embedding, cannot tell")
     return generic(f"one output {_dims(s)} that matches no known head")
+
+
+def _stateful_probability(
+    names: list[str],
+    shapes: dict[str, list[int | str]],
+    values: dict[str, np.ndarray],
+    inputs: Mapping[str, np.ndarray] | None,
+) -> Inference | None:
+    """A streaming detector (voice activity): one probability per frame, every other output shaped like an input
+    (its next state, fed back). Needs one sample of the reference run (inputs and outputs)."""
+    if not inputs or len(names) < 2 or any(n not in values for n in names):
+        return None
+    fed = {tuple(np.asarray(v).shape) for v in inputs.values() if np.asarray(v).ndim >= 2}
+    states = [n for n in names if tuple(values[n].shape) in fed and values[n].size > 1]
+    rest = [n for n in names if n not in states]
+    if not states or len(rest) != 1:
+        return None
+    name, v = rest[0], values[rest[0]]
+    if v.dtype.kind != "f" or v.ndim not in (1, 2) or v.size != v.shape[0]:  # [N] or [N, 1]
+        return None
+    if not (v.size and v.min() >= 0 and v.max() <= 1):
+        return None
+    return Inference(
+        TaskSpec("vad"),
+        f"output {name} {_dims(list(v.shape))} holds one probability per frame and {', '.join(states)} "
+        "the shape of an input (a state fed back): a streaming detector, judged by speech/no-speech agreement per "
+        "frame at 0.5",
+    )
 
 
 def _several_outputs(names, known, hw, generic) -> Inference:  # type: ignore[no-untyped-def]
