@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--task",
         help="what the model is for, judged by its own metric (default: inferred from the model, the reason in the "
         "report): classification, detection[:yolov8|yolov5|yolox|picodet|ssd|nms][,conf=0.25,iou=0.45], "
-        "segmentation, dense[,thresh=0.3], keypoints, ctc[,blank=0], embedding, vad[,thresh=0.5], generic (docs/TASKS.md)",
+        "segmentation, dense[,thresh=0.3], keypoints, ctc[,blank=0], embedding, vad[,thresh=0.5], generic "
+        "(docs/TASKS.md)",
     )
     s.add_argument(
         "--metric",
