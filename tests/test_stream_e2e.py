@@ -124,3 +124,32 @@ def test_a_bad_stream_mapping_is_refused_before_any_work(tmp_path, capsys):
     code = main(["build", str(model), "--profile", "host", "--stream", "state=out", "-o", str(out)])
     assert code == 1 and not out.exists()
     assert "output 'out' has shape [1, 1] but input 'state' takes [1, 4]" in capsys.readouterr().err
+
+
+def test_a_new_version_starts_its_sessions_again(built, agent_roots, tmp_path):
+    from edgekit.deployer import deploy, open_device
+
+    model, bundles = built
+    seqs = streams.sequences(tmp_path / "seqs", n=1, steps=8)
+    update = tmp_path / "update"  # the same model name, another build: another version
+    argv = ["build", str(model), "--profile", "host", "--backend", "ort", "--precision", "fp32",
+            "--calib", str(seqs), "--stream", "state=stateN", "--name", "vad_openvino", "-o", str(update),
+            "--no-cache", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    xs = streams.sequence(6, 3)
+    expected = np.concatenate(_by_ort(model, xs))
+    dev = open_device("local", device_root=str(agent_roots("dev")))
+    try:
+        deploy(bundles["openvino"], dev, bench=False)
+        s = dev.client.stream("vad_openvino", session="s")
+        first = [s.step({"x": x})["out"] for x in xs[:3]]
+        deploy(update, dev, bench=False)  # (the deploy opens a new client; the session is the agent's, by its id)
+        s = dev.client.stream("vad_openvino", session="s")
+        after = s.step({"x": xs[0]})["out"]  # served by the new version: from the initial state again
+        assert s.last_meta["session"]["step"] == 1 and "was dropped" in s.last_meta["session"]["reset"]
+        assert np.allclose(after, first[0], atol=1e-5) and np.allclose(np.concatenate(first), expected[:3], atol=1e-5)
+        dev.client.remove("vad_openvino")  # removing the model drops its sessions
+        deploy(update, dev, bench=False)
+        assert dev.client.sessions("vad_openvino")["sessions"] == []
+    finally:
+        dev.close()
