@@ -5,7 +5,7 @@ data inputs: the agent feeds the state this session's last request output (zeros
 state and answers the other outputs. The table is bounded: at most ``max_sessions`` (the least recently used
 is dropped), each forgotten after ``ttl_s`` idle seconds. A session belongs to one model and one installed version:
 a request served by another version (an update, a rollback, a traffic split's draw) starts from the initial
-state again, and the answer says so. Requests of one session run one at a time, in arrival order.
+state again, and the answer says so. Requests of one session run one at a time (a second waits for the first).
 """
 
 import re
