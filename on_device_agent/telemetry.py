@@ -11,12 +11,13 @@ store (a reinstall) from the one it knew.
 A store that SQLite finds corrupt is never emptied or replaced: recording is switched
 off, the agent keeps serving inferences, and every telemetry endpoint answers with the
 error and what to do.
+
+The tables, limits and histogram buckets are in ``telemetry_schema.py``.
 """
 
 import collections
 import itertools
 import json
-import math
 import os
 import sqlite3
 import threading
@@ -25,66 +26,24 @@ import uuid
 
 from . import retention
 from .devicectx import device_context
-
-SCHEMA_VERSION = 1
-COLUMNS = (
-    "id",
-    "ts",
-    "model",
-    "version",
-    "backend",
-    "accelerator",
-    "shape",
-    "queue_ms",
-    "infer_ms",
-    "pre_ms",
-    "post_ms",
-    "outcome",
-    "error",
+from .telemetry_schema import (  # noqa: F401  (every name stays importable from here)
+    ANNOTATION_COLUMNS,
+    BUCKET_BASE_MS,
+    BUCKETS_PER_DOUBLING,
+    COLUMNS,
+    CONTEXT_COLUMNS,
+    DDL,
+    EVENT_COLUMNS,
+    MAX_BYTES,
+    MAX_ID,
+    MAX_QUEUE,
+    MAX_TEXT,
+    SCHEMA_VERSION,
+    TelemetryError,
+    _cut,
+    bucket_of,
+    bucket_upper_ms,
 )
-CONTEXT_COLUMNS = ("ts", "load1", "mem_available_mb", "temp_c")
-EVENT_COLUMNS = ("id", "ts", "kind", "model", "version", "detail")
-# Log-scale histogram buckets: 4 per doubling from 10 us (about 19 % wide), HDR-style.
-BUCKETS_PER_DOUBLING = 4
-BUCKET_BASE_MS = 0.01
-
-DDL = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY, ts REAL NOT NULL, model TEXT, version TEXT,
-    backend TEXT, accelerator TEXT, shape TEXT, queue_ms REAL, infer_ms REAL, pre_ms REAL, post_ms REAL,
-    outcome TEXT NOT NULL, error TEXT);
-CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);
-CREATE TABLE IF NOT EXISTS minutes(minute INTEGER, model TEXT, version TEXT, backend TEXT, accelerator TEXT,
-    outcome TEXT, count INTEGER, sum_ms REAL, buckets TEXT,
-    PRIMARY KEY(minute, model, version, backend, accelerator, outcome));
-CREATE TABLE IF NOT EXISTS context(ts REAL PRIMARY KEY, load1 REAL, mem_available_mb REAL, temp_c REAL);
-CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, ts REAL, kind TEXT, model TEXT, version TEXT,
-    detail TEXT);
-CREATE TABLE IF NOT EXISTS annotations(id INTEGER PRIMARY KEY, request_id INTEGER, pre_ms REAL, post_ms REAL);
-"""
-ANNOTATION_COLUMNS = ("id", "request_id", "pre_ms", "post_ms")
-MAX_QUEUE = 200000  # records waiting for the writer; beyond this they are counted as dropped
-MAX_ID = 2**63 - 1
-MAX_BYTES = 64 << 20  # the store's size bound: beyond it the oldest raw rows go first
-MAX_TEXT = {"model": 128, "version": 128, "backend": 64, "accelerator": 128, "shape": 256, "error": 300}
-
-
-def _cut(text, kind):
-    return text[: MAX_TEXT[kind]] if isinstance(text, str) else text
-
-
-class TelemetryError(Exception):
-    status = 503
-
-
-def bucket_of(ms):
-    if ms is None or ms <= BUCKET_BASE_MS:
-        return 0
-    return int(math.log(ms / BUCKET_BASE_MS, 2) * BUCKETS_PER_DOUBLING) + 1
-
-
-def bucket_upper_ms(index):
-    return BUCKET_BASE_MS * 2 ** (index / float(BUCKETS_PER_DOUBLING))
 
 
 class Recorder(object):

@@ -11,271 +11,24 @@ that keep fidelity on the device, and keep the Pareto front of latency, size and
 The winner's bundle is written to OUTPUT under the model's own name; every candidate's
 bundle stays in ``OUTPUT-candidates/``. Nothing is decided by a rule of thumb: a candidate
 is rejected only because it failed fidelity or was measured slower.
+
+The steps: :mod:`.auto_candidates` (plan, build), :mod:`.auto_measure` (deploy, benchmark through
+:func:`edgekit.execution.on_device`), :mod:`.auto_choose` (the choice).
 """
 
 import json
 import os
-import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from . import bundle as bundle_mod
-from . import converters, profiles, progress
-from .errors import EdgekitError, FidelityError, ProfileError
+from . import profiles
+from .auto_candidates import DEFAULT_PRUNE_LEVELS, NEEDS_CALIB, build_all, label, plan  # noqa: F401
+from .auto_choose import SLOWER, choose  # noqa: F401
+from .auto_measure import measure
+from .errors import FidelityError, ProfileError
 from .report import write_report
-
-SLOWER = 0.95  # measured below 0.95x its parent's speed: rejected as slower
-DEFAULT_PRUNE_LEVELS = (0.0, 0.25)
-NEEDS_CALIB = ("int8",)
-
-
-def plan(profile, backends=None, precisions=None, prune_levels=DEFAULT_PRUNE_LEVELS, have_calib=False):
-    """``(candidates, skipped)``: the grid the profile supports and this machine can build."""
-    prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
-    ranked = prof.data["runtimes"]["ranked"]
-    available = converters.all_backends()
-    if backends:
-        unknown = [b for b in backends if b not in ranked]
-        if unknown:
-            raise ProfileError(f"profile {prof.name} does not run {', '.join(unknown)}; it runs: {', '.join(ranked)}")
-        ranked = [b for b in ranked if b in backends]
-    candidates, skipped = [], []
-    for name in ranked:
-        be = available.get(name)
-        if be is None:
-            skipped.append({"backend": name, "reason": "this edgekit has no such backend"})
-            continue
-        ok, detail = be.availability()
-        if not ok:
-            skipped.append({"backend": name, "reason": f"not usable here: {detail}"})
-            continue
-        listed = prof.data["runtimes"].get(name, {}).get("precisions") or list(be.precisions)
-        wanted = [p for p in (precisions or listed) if p in be.precisions]
-        if "fp32" in be.precisions and "fp32" not in wanted:
-            wanted.insert(0, "fp32")  # every compression is measured against its parent
-        for precision in wanted:
-            if precision in NEEDS_CALIB and not have_calib:
-                skipped.append({"backend": name, "precision": precision, "reason": "needs --calib data"})
-                continue
-            for prune in prune_levels:
-                candidates.append({"backend": name, "precision": precision, "prune": float(prune)})
-    if not candidates:
-        raise ProfileError(
-            f"no candidate can be built for {prof.name} here: "
-            + "; ".join(f"{s['backend']}: {s['reason']}" for s in skipped)
-        )
-    return candidates, skipped
-
-
-def _label(c):
-    return f"{c['backend']}-{c['precision']}" + (f"-p{round(c['prune'] * 100)}" if c["prune"] else "")
-
-
-def _quality(report):
-    """``(metric name, value)`` of the final fidelity step: accuracy where labels exist, else cosine mean."""
-    steps = report.get("fidelity", {}).get("steps") or []
-    if not steps:
-        return None, None
-    outs = steps[-1]["outputs"]
-    accs = [m["accuracy"] for m in outs.values() if "accuracy" in m]
-    if accs:
-        return "accuracy", round(min(accs), 3)
-    coss = [m["cosine_mean"] for m in outs.values() if "cosine_mean" in m]
-    return ("cosine", round(min(coss), 6)) if coss else (None, None)
-
-
-def _build_all(model, prof, cands, workdir, build_kwargs, jobs, log):
-    from .builder import build
-
-    def one(c):
-        out = workdir / c["label"]
-        kwargs = dict(build_kwargs)
-        if c["precision"] != "int8" or not kwargs.get("budget"):
-            kwargs.pop("budget", None)
-        t0 = time.perf_counter()
-        try:
-            report = build(
-                model,
-                prof,
-                out,
-                backend=c["backend"],
-                precision=c["precision"],
-                prune=c["prune"] or None,
-                name=c["name"],
-                log=lambda m: None,
-                **kwargs,
-            )
-        except FidelityError as e:
-            c.update(status="dropped", reason=f"failed fidelity: {e}")
-            return c
-        except EdgekitError as e:
-            c.update(status="failed", reason=str(e))
-            return c
-        c.update(
-            status="built",
-            bundle=str(out),
-            size_bytes=report["model_size_bytes"],
-            build_seconds=round(time.perf_counter() - t0, 2),
-            cache_hit=report["cache"]["hit"],
-        )
-        c["quality_metric"], c["quality"] = _quality(report)
-        log(
-            f"  built {c['label']}: {c['size_bytes'] / 1024:.0f} KB, {c['quality_metric']} {c['quality']}"
-            + (" (cached)" if c["cache_hit"] else "")
-        )
-        return c
-
-    with progress.of(log).step(f"--auto: building {len(cands)} candidates", total=len(cands)) as step:
-
-        def counted(c):
-            try:
-                return one(c)
-            finally:
-                step.advance()
-
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(counted, cands))
-
-
-def _measure(built, device_url, prof, runs, warmup, rounds, device_python, device_root, log):
-    """Deploy every built candidate, then benchmark them round-robin so drift hits all alike.
-
-    One connection to the device serves every candidate; only on the local machine does a
-    backend whose runtime lives in a tool environment get its own agent (its own Python).
-    Candidates are removed from the device afterwards (the winner is deployed by the user).
-    """
-    from .deployer import deploy, open_device
-    from .transports import parse_url
-
-    kind, target, opts = parse_url(device_url)
-    devices = {}
-
-    def device_for(c):
-        key = c["backend"] if kind == "local" else "-"
-        if key not in devices:
-            devices[key] = open_device(
-                kind,
-                target,
-                profile=prof,
-                device_python=device_python,
-                device_root=device_root,
-                backend=c["backend"] if kind == "local" else None,
-                **opts,
-            )
-        return devices[key]
-
-    description = device_url
-    prog = progress.of(log)
-    try:
-        deploying = prog.step(f"--auto: deploying {len(built)} candidates", total=len(built))
-        for c in built:
-            deploying.advance()
-            try:
-                dev = device_for(c)
-                description = dev.transport.description
-                deploy(c["bundle"], dev, bench=False)
-                c["deployed_to"] = dev
-            except EdgekitError as e:
-                c.update(status="failed", reason=f"deploy failed: {e}")
-        deploying.done()
-        p50s = {c["label"]: [] for c in built}
-        last = {}
-        measuring = prog.step(f"--auto: benchmarking on {device_url}", total=rounds * len(built))
-        for r in range(rounds):
-            for c in built:
-                measuring.advance()
-                if c["status"] != "built":
-                    continue  # failed in an earlier round: not measured again
-                try:
-                    rep = c["deployed_to"].bench(c["name"], runs=runs, warmup=warmup)
-                except EdgekitError as e:
-                    c.update(status="failed", reason=f"benchmark failed on the device: {e}")
-                    continue
-                p50s[c["label"]].append(rep["latency_ms"]["p50"])
-                last[c["label"]] = rep
-            log(f"  round {r + 1}/{rounds} measured")
-        measuring.done()
-        for c in built:
-            if c["status"] != "built" or not p50s[c["label"]]:
-                continue
-            rep = last[c["label"]]
-            vals = p50s[c["label"]]
-            c.update(
-                status="measured",
-                p50_ms=round(statistics.median(vals), 4),
-                p50_range_ms=[round(min(vals), 4), round(max(vals), 4)],
-                p90_ms=rep["latency_ms"].get("p90"),
-                accelerator=rep.get("accelerator"),
-                runtime=f"{rep.get('backend', c['backend'])} {rep.get('runtime_version', '')}".strip(),
-                threads=rep.get("threads"),
-            )
-        for c in built:
-            dev = c.pop("deployed_to", None)
-            if dev is not None:
-                try:
-                    dev.remove(c["name"])
-                except EdgekitError as e:
-                    log(f"  could not remove candidate {c['name']} from the device: {e}")
-        return description
-    finally:
-        for c in built:
-            c.pop("deployed_to", None)
-        for dev in devices.values():
-            dev.close()
-
-
-def _parent(c, by_key):
-    if c["prune"]:
-        return by_key.get((c["backend"], c["precision"], 0.0))
-    if c["precision"] != "fp32":
-        return by_key.get((c["backend"], "fp32", 0.0))
-    return None
-
-
-def _dominates(a, b):
-    qa, qb = a.get("quality") or 0.0, b.get("quality") or 0.0
-    no_worse = a["p50_ms"] <= b["p50_ms"] and a["size_bytes"] <= b["size_bytes"] and qa >= qb
-    better = a["p50_ms"] < b["p50_ms"] or a["size_bytes"] < b["size_bytes"] or qa > qb
-    return no_worse and better
-
-
-def choose(cands):
-    """Reject compressions measured slower than their parent; return ``(front, winner, reason)``."""
-    by_key = {(c["backend"], c["precision"], c["prune"]): c for c in cands if c["status"] == "measured"}
-    for c in list(by_key.values()):
-        parent = _parent(c, by_key)
-        if parent is not None:
-            c["speedup_vs_parent"] = round(parent["p50_ms"] / c["p50_ms"], 3)
-            if c["speedup_vs_parent"] < SLOWER:
-                c.update(
-                    status="rejected",
-                    reason=f"measured slower than its parent {parent['label']} on the device "
-                    f"({c['p50_ms']:.3f} vs {parent['p50_ms']:.3f} ms p50)",
-                )
-    alive = [c for c in cands if c["status"] == "measured"]
-    if not alive:
-        return [], None, "no candidate passed fidelity and ran on the device"
-    front = [c for c in alive if not any(_dominates(o, c) for o in alive if o is not c)]
-    for c in front:
-        c["pareto"] = True
-    fastest = min(front, key=lambda c: c["p50_ms"])
-    # within the measurement's noise of the fastest (5 %), prefer the smaller model
-    close = [c for c in front if c["p50_ms"] <= fastest["p50_ms"] / SLOWER]
-    winner = min(close, key=lambda c: (c["size_bytes"], c["p50_ms"]))
-    base = by_key.get((winner["backend"], "fp32", 0.0))
-    if winner is fastest:
-        lead = f"fastest on the device among the {len(alive)} candidates that kept fidelity"
-    else:
-        lead = (
-            f"the smallest of the front's candidates within 5 % of the fastest ({fastest['label']}, "
-            f"{fastest['p50_ms']:.3f} ms) on the device, among {len(alive)} that kept fidelity"
-        )
-    reason = f"{winner['label']}: {lead} ({winner['p50_ms']:.3f} ms p50"
-    if base is not None and base is not winner:
-        reason += f", {base['p50_ms'] / winner['p50_ms']:.2f}x {base['label']}"
-    reason += f"; {winner['size_bytes'] / 1024:.0f} KB; {winner['quality_metric']} {winner['quality']})"
-    return front, winner, reason
 
 
 def auto_build(
@@ -325,7 +78,7 @@ def auto_build(
     base = name or Path(model).stem
     cands, skipped = plan(prof, backends, precisions, prune_levels, have_calib=bool(calib))
     for c in cands:
-        c["label"] = _label(c)
+        c["label"] = label(c)
         c["name"] = f"{base}-{c['label']}"
         c["status"] = "planned"
     workdir = output.with_name(output.name + "-candidates")
@@ -349,11 +102,11 @@ def auto_build(
         use_cache=use_cache,
         **gates,
     )
-    _build_all(model, prof, cands, workdir, build_kwargs, jobs, log)
+    build_all(model, prof, cands, workdir, build_kwargs, jobs, log)
     built = [c for c in cands if c["status"] == "built"]
     log(f"--auto: {len(built)} of {len(cands)} kept fidelity; measuring them on {device}")
     description = (
-        _measure(built, device, prof, runs, warmup, rounds, device_python, device_root, log) if built else device
+        measure(built, device, prof, runs, warmup, rounds, device_python, device_root, log) if built else device
     )
     front, winner, reason = choose(cands)
     if winner is None:
@@ -415,7 +168,8 @@ def auto_build(
     return bundle_mod.publish_copy(winner["bundle"], output, as_winner)
 
 
-def auto_text(report):
+def auto_text(report: dict[str, Any]) -> str:
+    """The text form of an ``--auto`` report: every candidate, the front, the winner and why."""
     a = report["auto"]
     lines = [
         f"--auto on {a['device']} ({a['measurement']['rounds']} rounds x {a['measurement']['runs']} runs, "

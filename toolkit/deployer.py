@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bundle as bundle_mod
-from . import profiles
+from . import execution, profiles
 from .device import Device, device_paths, open_device
 from .errors import AgentError
 from .transports import Transport
@@ -127,7 +127,7 @@ def _deploy(
     if not bench:
         return {"name": manifest["name"], "bundle_id": manifest["id"], "installed": install}
     t = _threads(prof, device, threads)
-    report = device.bench(manifest["name"], runs=runs, warmup=warmup, threads=t, providers=providers)
+    report = execution.on_device(device, manifest["name"], t).bench(runs=runs, warmup=warmup, providers=providers)
     report["deploy_seconds"] = round(deploy_s, 3)
     report["installed"] = install
     # Serve it warm: apps' first request must not pay the load.
@@ -184,9 +184,8 @@ def _bench(
             f"{device.transport.description} serves {have} for {manifest['name']}, not this bundle "
             f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first"
         )
-    report = device.bench(
-        manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, device, threads), providers=providers
-    )
+    on_device = execution.on_device(device, manifest["name"], _threads(prof, device, threads))
+    report = on_device.bench(runs=runs, warmup=warmup, providers=providers)
     report = _annotate(report, manifest, device, prof)
     _record_lab(device, report)
     return report

@@ -6,7 +6,8 @@ for a built model wherever it runs:
 - :func:`in_process`: the agent's own runner (``edgekit_agent.runners``) in this Python;
 - :func:`in_toolenv`: the same runner in a tool environment's Python, through a worker process
   (:class:`edgekit.converters.toolworker.RunnerWorker`; its pipe carries the agent's tensor encoding);
-- :func:`on_device`: a model installed on a device, through the agent's HTTP API.
+- :func:`on_device`: a model installed on a device, through the agent's HTTP API (``run``; ``bench``, the
+  agent's own benchmark).
 
 Fidelity checks, host timing, ``--budget``, pruning statistics and ``--auto`` run built models
 through these. The reference (an ONNX file or model bytes, FP32) is run by ONNX Runtime on the
@@ -103,24 +104,58 @@ def in_toolenv(
 
 
 class OnDevice:
-    """A model installed on a device, run through the agent's API (``client``: an edgekit_sdk.AgentClient)."""
+    """A model installed on a device, run through the agent's API.
 
-    def __init__(self, client: Any, name: str, threads: int | None = None) -> None:
-        self.client, self.name = client, name
-        self.describe = client.load(name, threads=threads) or {}
-        self.runtime = (self.describe.get("runner") or self.describe).get("runtime", "")
+    ``device``: an :class:`edgekit.device.Device` (each call reports its step and turns the agent's and the
+    connection's failures into edgekit errors) or an ``edgekit_sdk.AgentClient``. The agent loads the model (with
+    ``threads``) on the first :meth:`run` or read of ``describe``; :meth:`bench` has the agent benchmark it in a
+    fresh process on the device (nothing is loaded into the serving agent).
+    """
+
+    def __init__(self, device: Any, name: str, threads: int | None = None) -> None:
+        from edgekit.device import Device
+
+        self.device = device if isinstance(device, Device) else None
+        self.client = device.client if self.device is not None else device
+        self.name, self.threads = name, threads
+        self._describe: dict | None = None
+
+    def _call(self, step: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.device is None:
+            return fn(*args, **kwargs)
+        return self.device.call(step, fn, *args, **kwargs)
+
+    @property
+    def describe(self) -> dict:
+        if self._describe is None:
+            self._describe = self._call(f"loading {self.name}", self.client.load, self.name, threads=self.threads) or {}
+        return self._describe
+
+    @property
+    def runtime(self) -> str:
+        return (self.describe.get("runner") or self.describe).get("runtime", "")
 
     def run(self, feed: Feed) -> dict:
-        return self.client.infer(self.name, feed)
+        self.describe  # noqa: B018  (loaded first, with self.threads)
+        return self._call(f"running {self.name}", self.client.infer, self.name, feed)
 
     __call__ = run
+
+    def bench(self, runs: int = 100, warmup: int = 10, providers: list[str] | None = None) -> dict:
+        """The agent's benchmark of the model (latency percentiles, accelerator, threads: its bench report)."""
+        if self.device is not None:
+            return self.device.bench(self.name, runs=runs, warmup=warmup, threads=self.threads, providers=providers)
+        return self.client.bench(
+            self.name, runs=runs, warmup=warmup, threads=self.threads, providers=providers, timeout=900
+        )
 
     def close(self) -> None:
         pass
 
 
-def on_device(client: Any, name: str, threads: int | None = None) -> OnDevice:
-    return OnDevice(client, name, threads)
+def on_device(device: Any, name: str, threads: int | None = None) -> OnDevice:
+    """Model ``name`` installed on ``device`` (a Device or an AgentClient), run through the agent's API."""
+    return OnDevice(device, name, threads)
 
 
 def predict(execution: Execution, samples: Sequence[Feed]) -> list[dict]:

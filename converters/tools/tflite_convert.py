@@ -2,6 +2,10 @@
 
 Usage: python -I tflite_convert.py request.json result.json (cwd: a scratch work directory)
 
+The file is self-contained on purpose, and so longer than edgekit's other modules: ``edgekit.toolenvs.run_tool``
+runs it alone in the tool environment, where edgekit is not installed and ``-I`` keeps this directory off
+``sys.path`` (Python 3.11+), so it imports nothing from beside it.
+
 request: {"onnx": reference model (static shapes), "precision": fp32|fp16|int8-dynamic|int8,
           "inputs": [{"name", "shape"}], "outputs": [{"name"}],
           "probe": npz with one structured sample per input (the layout the user feeds),

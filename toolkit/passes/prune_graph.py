@@ -10,13 +10,18 @@ of two tensors *unites* their spaces (a residual Add or a squeeze-excitation Mul
 the same channels in every producer); a Conv/Gemm/MatMul consuming a layout drops its
 input columns. A space that reaches a graph output, a Reshape with hard-coded sizes, a
 grouped Conv, or any op not understood here is marked unprunable with the reason.
+
+The bookkeeping (spaces, groups) is in :mod:`.prune_spaces`, the rewriting in :mod:`.prune_rewrite`.
 """
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
+
+from . import prune_rewrite
+from .prune_rewrite import macs  # noqa: F401  (prune.py imports it from here)
+from .prune_spaces import Group, Spaces, implicit_inputs, layout_size, node_attr
 
 PASS_THROUGH = {
     "Relu",
@@ -54,72 +59,6 @@ PASS_THROUGH = {
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu"}
 
 
-@dataclass
-class Group:
-    """United channel spaces: these channels are removed together from every producer."""
-
-    root: int
-    size: int
-    producers: list = field(default_factory=list)  # node names
-    reasons: list = field(default_factory=list)  # why it cannot be pruned (empty: prunable)
-
-
-class _Spaces:
-    def __init__(self):
-        self.parent, self.size, self.producers, self.reasons = [], [], [], []
-
-    def new(self, size, producer):
-        self.parent.append(len(self.parent))
-        self.size.append(size)
-        self.producers.append([producer])
-        self.reasons.append([])
-        return len(self.parent) - 1
-
-    def find(self, i):
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a, b):
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[b] = a
-            self.producers[a] += self.producers[b]
-            self.reasons[a] += self.reasons[b]
-
-    def invalidate(self, layout, reason):
-        for space, _ in layout or ():
-            if space is not None:
-                r = self.reasons[self.find(space)]
-                if reason not in r:
-                    r.append(reason)
-
-
-def _size(layout):
-    return sum(s for _, s in layout)
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _implicit_inputs(node):
-    names = set()
-    for a in node.attribute:
-        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-            produced = (
-                {o for n in g.node for o in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer}
-            )
-            for n in g.node:
-                names |= {i for i in n.input if i and i not in produced}
-                names |= _implicit_inputs(n)
-    return names
-
-
 class Analysis:
     """The channel groups of a (folded, named) model and the edits that remove channels from them."""
 
@@ -127,7 +66,7 @@ class Analysis:
         self.model = model
         self.shapes = shapes
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        self.spaces = _Spaces()
+        self.spaces = Spaces()
         self.layouts = {}
         self.edits = []  # (kind, node, input_index, layout_or_space, axis)
         self.nodes = {n.name: n for n in model.graph.node}
@@ -142,7 +81,7 @@ class Analysis:
         for node in self.model.graph.node:
             ins = [self.layouts.get(i) if i else None for i in node.input]
             tracked = [lay for lay in ins if lay is not None]
-            implicit = [self.layouts[i] for i in _implicit_inputs(node) if i in self.layouts]
+            implicit = [self.layouts[i] for i in implicit_inputs(node) if i in self.layouts]
             for lay in implicit:
                 sp.invalidate(lay, f"used inside the sub-graph of {node.op_type} node '{node.name}'")
             handler = getattr(self, f"_op_{node.op_type}", None)
@@ -173,18 +112,20 @@ class Analysis:
 
     def _op_Conv(self, node, ins):
         w = self._const(node.input[1])
-        group = _attr(node, "group", 1)
+        group = node_attr(node, "group", 1)
         x = ins[0]
         if w is None:
             self.spaces.invalidate(x, f"Conv node '{node.name}' has non-constant weights")
             return
         cout = w.shape[0]
         if group == 1:
-            self._weight_consumer(node, x, 1, x is None or _size(x) == w.shape[1], f"Conv '{node.name}' shape mismatch")
+            self._weight_consumer(
+                node, x, 1, x is None or layout_size(x) == w.shape[1], f"Conv '{node.name}' shape mismatch"
+            )
             s = self.spaces.new(cout, node.name)
             self.edits.append(("out", node.name, None, s, 0))
             self.layouts[node.output[0]] = [(s, cout)]
-        elif x is not None and group == _size(x) == cout and w.shape[1] == 1:
+        elif x is not None and group == layout_size(x) == cout and w.shape[1] == 1:
             self.edits.append(("depthwise", node.name, 1, x, 0))
             self.layouts[node.output[0]] = x
         else:
@@ -193,10 +134,10 @@ class Analysis:
     def _op_Gemm(self, node, ins):
         b = self._const(node.input[1])
         x = ins[0]
-        if b is None or b.ndim != 2 or _attr(node, "transA", 0):
+        if b is None or b.ndim != 2 or node_attr(node, "transA", 0):
             self.spaces.invalidate(x, f"Gemm '{node.name}' has non-constant or transposed-input weights")
             return
-        trans_b = _attr(node, "transB", 0)
+        trans_b = node_attr(node, "transB", 0)
         self._weight_consumer(node, x, 1 if trans_b else 0, True, "")
         f = b.shape[0] if trans_b else b.shape[1]
         s = self.spaces.new(f, node.name)
@@ -220,7 +161,11 @@ class Analysis:
         if x is None:
             return
         params = [self._const(i) for i in node.input[1:5]]
-        if any(p is None or p.shape != (_size(x),) for p in params) or len(node.output) > 1 and any(node.output[1:]):
+        if (
+            any(p is None or p.shape != (layout_size(x),) for p in params)
+            or len(node.output) > 1
+            and any(node.output[1:])
+        ):
             self.spaces.invalidate(x, f"BatchNormalization '{node.name}' has non-constant parameters")
             return
         for idx in range(1, 5):
@@ -243,7 +188,7 @@ class Analysis:
         self._flatten_like(
             node,
             ins[0],
-            _attr(node, "axis", 1) == 1 and self._spatial_is_one(node.input[0]),
+            node_attr(node, "axis", 1) == 1 and self._spatial_is_one(node.input[0]),
             f"Flatten '{node.name}' mixes spatial positions into the channel axis",
         )
 
@@ -270,7 +215,7 @@ class Analysis:
         )
 
     def _axes(self, node):
-        axes = _attr(node, "axes")
+        axes = node_attr(node, "axes")
         if axes is None and len(node.input) > 1 and node.input[1]:
             axes = self._const(node.input[1])
         return None if axes is None else [int(a) for a in np.asarray(axes).ravel()]
@@ -288,7 +233,7 @@ class Analysis:
         self._flatten_like(node, ins[0], ok, f"Unsqueeze '{node.name}' moves the channel axis")
 
     def _op_Pad(self, node, ins):
-        pads = _attr(node, "pads")
+        pads = node_attr(node, "pads")
         if pads is None and len(node.input) > 1:
             pads = self._const(node.input[1])
         rank = len(self.shapes.get(node.input[0]) or [])
@@ -300,7 +245,7 @@ class Analysis:
         if not tracked:
             return
         rank = len(self.shapes.get(node.output[0]) or [])
-        if rank < 2 or _attr(node, "axis") % rank != 1:
+        if rank < 2 or node_attr(node, "axis") % rank != 1:
             for lay in tracked:
                 self.spaces.invalidate(lay, f"Concat '{node.name}' joins along an axis other than the channels")
             return
@@ -330,7 +275,7 @@ class Analysis:
         for idx, (name, lay) in enumerate(zip(node.input, ins)):
             shape = self.shapes.get(name)
             if lay is not None:
-                if shape is None or len(shape) != rank or _size(lay) != channels:
+                if shape is None or len(shape) != rank or layout_size(lay) != channels:
                     for t in tracked:
                         self.spaces.invalidate(t, f"{node.op_type} '{node.name}' broadcasts a pruned tensor")
                     return
@@ -387,96 +332,6 @@ class Analysis:
         return np.concatenate(parts).astype(np.int64)
 
     # -- rewriting ------------------------------------------------------------------
-    def apply(self, keep, bias_add=None):
+    def apply(self, keep: dict, bias_add: dict | None = None) -> Any:
         """A new model with the channels not in ``keep`` removed; ``bias_add = {node: delta}`` adds to biases first."""
-        m = onnx.ModelProto()
-        m.CopyFrom(self.model)
-        nodes = {n.name: n for n in m.graph.node}
-        arrays = dict(self.inits)
-        uses = {}
-        for n in m.graph.node:
-            for i in n.input:
-                uses[i] = uses.get(i, 0) + 1
-
-        def own(node, idx):
-            """The node's private copy of its idx-th input (cloned when shared)."""
-            name = node.input[idx]
-            if uses.get(name, 0) > 1:
-                new = f"{name}__{node.name}"
-                arrays[new] = arrays[name].copy()
-                uses[name] -= 1
-                uses[new] = 1
-                node.input[idx] = new
-                name = new
-            return name
-
-        for name, delta in (bias_add or {}).items():
-            node = nodes[name]
-            if len(node.input) < 3 or not node.input[2]:
-                bname = f"{name}__bias"
-                arrays[bname] = np.zeros(len(delta), np.float32)
-                uses[bname] = 1
-                del node.input[2:]
-                node.input.append(bname)
-            b = own(node, 2)
-            scale = _attr(node, "beta", 1.0) if node.op_type == "Gemm" else 1.0
-            cur = arrays[b]
-            add = delta.reshape(cur.shape) if cur.size == delta.size else delta
-            arrays[b] = (np.broadcast_to(cur, add.shape) + add / scale).astype(cur.dtype)
-
-        for kind, name, idx, lay, axis in self.edits:
-            node = nodes[name]
-            if kind == "out":
-                root = self.spaces.find(lay)
-                if root not in keep:
-                    continue
-                k = keep[root]
-                w = own(node, 1)
-                arrays[w] = np.take(arrays[w], k, axis=axis)
-                if len(node.input) > 2 and node.input[2]:
-                    bias = arrays[node.input[2]]
-                    if node.op_type == "Gemm" and bias.ndim == 2 and bias.shape[1] > 1:
-                        b = own(node, 2)
-                        arrays[b] = np.take(arrays[b], k, axis=1)
-                    elif bias.ndim >= 1 and bias.shape[-1] > 1:
-                        b = own(node, 2)
-                        arrays[b] = np.take(arrays[b], k, axis=bias.ndim - 1)
-                continue
-            k = self.keep_indices(lay, keep)
-            if len(k) == _size(lay):
-                continue
-            if kind == "depthwise":
-                w = own(node, 1)
-                arrays[w] = np.take(arrays[w], k, axis=0)
-                if len(node.input) > 2 and node.input[2]:
-                    b = own(node, 2)
-                    arrays[b] = np.take(arrays[b], k, axis=0)
-                for a in node.attribute:
-                    if a.name == "group":
-                        a.i = len(k)
-            else:
-                p = own(node, idx)
-                arrays[p] = np.take(arrays[p], k, axis=axis)
-
-        used = {i for n in m.graph.node for i in n.input}
-        del m.graph.initializer[:]
-        m.graph.initializer.extend(
-            numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in arrays.items() if k in used
-        )
-        del m.graph.value_info[:]
-        return m
-
-
-def macs(model, shapes):
-    """Multiply-accumulates per Conv/Gemm/MatMul node (batch included)."""
-    inits = {i.name: list(i.dims) for i in model.graph.initializer}
-    out = {}
-    for n in model.graph.node:
-        if n.op_type == "Conv" and n.input[1] in inits and n.output[0] in shapes:
-            w = inits[n.input[1]]
-            out[n.name] = int(np.prod(shapes[n.output[0]]) * np.prod(w[1:]))
-        elif n.op_type in ("Gemm", "MatMul") and n.input[1] in inits and n.output[0] in shapes:
-            w = inits[n.input[1]]
-            k = w[1] if n.op_type == "Gemm" and _attr(n, "transB", 0) else w[0]
-            out[n.name] = int(np.prod(shapes[n.output[0]]) * k)
-    return out
+        return prune_rewrite.apply(self, keep, bias_add)

@@ -1,0 +1,111 @@
+"""Running a standalone converter script in a tool environment: ``request.json`` in, ``result.json`` out."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from .. import progress
+from ..errors import ConversionError
+from .spec import ToolEnvSpec
+
+
+def run_tool(
+    spec: ToolEnvSpec,
+    script: str | Path,
+    request: dict[str, Any],
+    workdir: str | Path,
+    timeout: float = 1800,
+    log: Any = None,
+) -> dict[str, Any]:
+    """Run a standalone converter script in the environment: ``ENVPY -I script request.json result.json``.
+
+    stderr lines stream to ``log`` (to a :class:`edgekit.progress.Progress`'s ``detail``: shown with
+    ``--verbose``); stdout goes to ``<script>.stdout.log`` in ``workdir``.
+    Returns the parsed result.json; a failure or timeout raises ConversionError.
+    """
+    # creation progress on the caller's display, or on stderr even when the tool's own chatter is not wanted
+    from edgekit import toolenvs  # the package's ensure: replacing toolenvs.ensure (a test) replaces it here
+
+    py = toolenvs.ensure(spec, log=log if isinstance(log, progress.Progress) else None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    req, res = workdir / "request.json", workdir / "result.json"
+    req.write_text(json.dumps(request, indent=2, default=str))
+    if res.exists():
+        res.unlink()
+    step = request.get("step") or Path(script).stem
+    env = dict(os.environ, **dict(spec.env))
+    out_path = workdir / f"{Path(script).stem}.stdout.log"
+    tail: deque[str] = deque(maxlen=30)
+    sink = log.detail if isinstance(log, progress.Progress) else log
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(
+            [py, "-I", str(script), str(req), str(res)],
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        assert proc.stderr is not None  # stderr=PIPE
+
+        def pump():
+            for line in proc.stderr:
+                line = line.rstrip()
+                tail.append(line)
+                if sink:
+                    sink(line)
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _killpg(proc, t)
+            raise ConversionError(
+                f"{spec.name}: step {step!r} did not finish within {timeout} s and was stopped; "
+                f"last output:\n  " + "\n  ".join(list(tail)[-10:])
+            ) from None
+        except BaseException:  # Ctrl-C, SIGTERM turned into an exception, ...: the tool (its own session) stops too
+            _killpg(proc, t)
+            raise
+        t.join(30)
+        proc.stderr.close()
+
+    def _last():
+        lines = list(tail)
+        if not lines:
+            try:
+                lines = out_path.read_text(errors="replace").splitlines()[-20:]
+            except OSError:
+                pass
+        return "\n  ".join(lines[-20:])
+
+    if rc != 0:
+        raise ConversionError(
+            f"{spec.name}: step {step!r} failed (exit {rc}); the tool said:\n  {_last()}\n(full output in {workdir})"
+        )
+    try:
+        return json.loads(res.read_text())
+    except (OSError, ValueError) as e:
+        raise ConversionError(
+            f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}"
+        ) from None
+
+
+def _killpg(proc, reader):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    reader.join(5)
+    proc.stderr.close()
