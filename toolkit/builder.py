@@ -17,6 +17,7 @@ import numpy as np
 from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
 from . import bundle as bundle_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
+from .data_formats import parse_input_values, parse_sample_axes
 from .errors import DataError, ProfileError
 from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
@@ -52,10 +53,14 @@ def build(
     task=None,
     metric=None,
     min_score=None,
+    sample_axes=None,
+    input_values=None,
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
+    ``sample_axes`` (``{input: axis}`` or ``["state=1"]``): the axis of an ``.npz`` array that counts samples;
+    ``input_values`` (``{input: value}`` or ``["sr=16000"]``): an input given once for every sample (docs/INPUTS.md).
     Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
     ``output`` is then left as it was.
 
@@ -80,6 +85,8 @@ def build(
         task=task,
         metric=metric,
         min_score=min_score,
+        sample_axes=sample_axes,
+        input_values=input_values,
         prune=prune,
         prune_mode=prune_mode,
         prune_recipe=prune_recipe,
@@ -210,6 +217,8 @@ def _build_one(
     task=None,
     metric=None,
     min_score=None,
+    sample_axes=None,
+    input_values=None,
 ):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -226,9 +235,12 @@ def _build_one(
     bundle_mod.check_output(output)
 
     src = load_model(model, input_shapes, shape_hints.data_reader([calib, val], preprocess))
-    calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
-    val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
-    fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
+    data_opts = {"sample_axes": parse_sample_axes(sample_axes), "input_values": parse_input_values(input_values)}
+    calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES, **data_opts) if calib else None
+    val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES, **data_opts) if val else None
+    fid_ds = (
+        val_ds or calib_ds or synthetic_dataset(src.inputs, proto=src.proto, input_values=data_opts["input_values"])
+    )
 
     if precision in (None, "auto"):
         precision = be.default_precision(prof, calib_ds is not None)
@@ -269,6 +281,7 @@ def _build_one(
             "calib": cache.path_digest(calib),
             "val": cache.path_digest(val),
             "preprocess": preprocess,
+            **({"data_options": data_opts} if any(data_opts.values()) else {}),
             "thresholds": thresholds.to_dict(),
             "task": None if task is None else str(task),
             "metric": None if user_metric is None else [user_metric.name, user_metric.sha256],

@@ -40,6 +40,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
     s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
     s.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="fix an input's shape (repeatable)")
+    s.add_argument(
+        "--sample-axis",
+        action="append",
+        metavar="NAME=AXIS",
+        help="the axis of an .npz array that counts samples, when not the first (e.g. state=1; repeatable)",
+    )
+    s.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an input the data leaves out, the same for every sample (e.g. sr=16000; repeatable)",
+    )
     s.add_argument("--name", help="model name on the device (default: the model file's stem)")
     s.add_argument("--min-cosine", type=float, help="fidelity threshold: minimum cosine similarity")
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
@@ -141,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
             val=args.val,
             preprocess=args.preprocess,
             input_shapes=args.input_shape,
+            sample_axes=args.sample_axis,
+            input_values=args.input_value,
             name=args.name,
             min_cosine=args.min_cosine,
             min_top1=args.min_top1,
@@ -181,6 +195,11 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     if args.prune_mode is not None:
         raise EdgekitError(
             "--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto"
+        )
+    if args.sample_axis or args.input_value:
+        raise EdgekitError(
+            "--sample-axis and --input-value are not taken by --auto: save the data as a folder of .npz files "
+            "(one sample each, docs/INPUTS.md), or build one configuration without --auto"
         )
     if args.backend is not None:
         raise EdgekitError("--auto tries every backend the profile runs: use --backends B1,B2 instead of --backend")
