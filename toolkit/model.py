@@ -169,6 +169,7 @@ def load_model(path, input_shapes=None, data_shapes=None):
         ) from None
     if not proto.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: it has no graph nodes (is it an ONNX file at all?)")
+    _load_external_data(proto, path)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -226,6 +227,27 @@ def load_model(path, input_shapes=None, data_shapes=None):
     model.inputs = _specs([i for i in proto.graph.input if i.name not in initializers])
     model.outputs = _specs(proto.graph.output)
     return model
+
+
+def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """Read the weights a model keeps in external-data files (next to ``path``) into ``proto``, so that it is
+    checked, shape-fixed and saved as one self-contained reference."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
+
+    external = [t for t in proto.graph.initializer if uses_external_data(t)]
+    if not external:
+        return
+    files = sorted({ExternalDataInfo(t).location for t in external})
+    absent = [f for f in files if not (path.parent / f).is_file()]
+    if absent:
+        raise ModelError(
+            f"{path} keeps its weights in external-data file(s) {absent}, not found next to it; "
+            "copy them into the model's folder (as the exporter wrote them)"
+        )
+    try:
+        load_external_data_for_model(proto, str(path.parent))
+    except Exception as e:  # a truncated file, a bad offset
+        raise ModelError(f"cannot read {path}'s external data {files}: {e}") from None
 
 
 def _dynamic_error(hints, proto, data_shapes):
