@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit_agent.runners.base import RunnerError
+
 from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
 from . import bundle as bundle_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
 from .data_formats import parse_input_values, parse_sample_axes
-from .errors import DataError, ProfileError
+from .errors import ConversionError, DataError, ProfileError
+from .input_support import cannot_run
 from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
@@ -332,7 +335,10 @@ def _build_one(
 
         def check(step, model_path):
             with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
-                outputs = be.predict(model_path, fid_ds.samples, session=session)
+                try:
+                    outputs = be.predict(model_path, fid_ds.samples, session=session)
+                except RunnerError as e:  # the runtime failed on the built model: say so with the model's inputs
+                    raise ConversionError(cannot_run(backend, step, src.inputs, e)) from None
             last_outputs[0] = outputs
             record = fidelity.check_step(
                 step,
