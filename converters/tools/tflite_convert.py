@@ -107,6 +107,8 @@ def match_io(tfl_path, ref, req, probe):
         if d is None:
             raise SystemExit("the converted model has no tensor for input %r" % spec["name"])
         perms = input_perms(list(probe[spec["name"]].shape), [int(x) for x in d["shape"]])
+        if probe[spec["name"]].ndim == 0 and [int(x) for x in d["shape"]] == [1]:
+            perms = [[]]  # a 0-d input (a sample rate) that the converter made [1]: fed reshaped, not transposed
         if not perms:
             raise SystemExit(
                 "input %r: the converted model wants shape %s, the ONNX model %s (no layout change "
@@ -122,7 +124,7 @@ def match_io(tfl_path, ref, req, probe):
     best = None
     for combo in itertools.islice(itertools.product(*[p for _, _, p in ins]), 64):
         for (name, d, _), p in zip(ins, combo):
-            it.set_tensor(d["index"], quant_in(np.transpose(probe[name], p), d))
+            it.set_tensor(d["index"], np.reshape(quant_in(np.transpose(probe[name], p), d), d["shape"]))
         it.invoke()
         total, chosen = 0.0, []
         for name, d in outs:
