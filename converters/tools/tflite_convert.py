@@ -378,17 +378,14 @@ def quantize(fp32, precision, io, req, out_path):
         )
         samples = []
         for i in range(n):
-            samples.append(
-                dict(
-                    (
-                        names[s["name"]],
-                        np.ascontiguousarray(
-                            np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
-                        ).astype(np.float32),
-                    )
-                    for s in io["inputs"]
+            feed = {}
+            for s in io["inputs"]:
+                a = np.ascontiguousarray(
+                    np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
                 )
-            )
+                # float inputs calibrate as float32; int64 ids and bool masks are fed as they are (not quantized)
+                feed[names[s["name"]]] = a.astype(np.float32) if a.dtype.kind == "f" else a
+            samples.append(feed)
         t0 = time.time()
         log("  calibrating int8 on %d samples (ai-edge-quantizer, min/max)" % n)
         cal = qfull.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))
