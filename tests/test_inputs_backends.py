@@ -12,6 +12,7 @@ import pytest
 from harness.mixed import mixed_inputs_model, mixed_samples
 
 import edgekit
+from edgekit import converters
 from edgekit.errors import ConversionError
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +37,10 @@ def test_backend_runs_int64_bool_and_0d_inputs(mixed, tmp_path, backend):
     assert outputs["keep"]["exact_match"] == 1.0 and outputs["best"]["exact_match"] == 1.0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert {i["name"]: (i["dtype"], i["shape"]) for i in manifest["inputs"]}["sr"] == ("int64", [])
+    # what the device's runner returns has the declared dtypes, whatever width the runtime computed in
+    sample = dict(np.load(tmp_path / "out" / "sample_inputs.npz"))
+    got = converters.get(backend).predict(tmp_path / "out" / manifest["model"], [sample])[0]
+    assert {n: str(got[n].dtype) for n in ("keep", "best")} == {"keep": "bool", "best": "int64"}
 
 
 def test_paddlelite_refuses_int64_inputs_clearly(mixed, tmp_path):
