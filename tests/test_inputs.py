@@ -170,3 +170,19 @@ def test_bad_sample_axis_and_input_value_options():
         "m": True,
         "v": [1, 2],
     }
+
+
+def test_optional_input_keeps_its_default(tmp_path):
+    """A graph input with an initializer default is not fed: the build, its manifest and its data leave it out."""
+    import edgekit
+
+    path = mixed_inputs_model(tmp_path / "optional.onnx", batch=1, optional=True)
+    model = load_model(path, {"state": [2, 1, 4]})
+    assert [s.name for s in model.inputs] == ["ids", "mask", "sr", "state", "y"]
+    np.savez(tmp_path / "d.npz", sr=np.array(16000), **mixed_samples(4))
+    report = edgekit.build(
+        path, "host", tmp_path / "out", backend="ort", precision="fp32", val=tmp_path / "d.npz", sample_axes=["state=1"]
+    )
+    assert report["fidelity"]["passed"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "gain" not in [i["name"] for i in manifest["inputs"]]

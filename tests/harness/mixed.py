@@ -17,7 +17,11 @@ LENGTH = 6
 WIDTH = 4
 
 
-def mixed_inputs_model(path: Union[str, Path], seed: int = 0, batch: Union[int, str] = "N") -> Path:
+def mixed_inputs_model(
+    path: Union[str, Path], seed: int = 0, batch: Union[int, str] = "N", optional: bool = False
+) -> Path:
+    """``optional``: ``y_out`` is also scaled by ``gain``, an optional float input (a graph input with an
+    initializer of the same name, 1.0, as its default)."""
     rng = np.random.default_rng(seed)
     inits = [
         numpy_helper.from_array(rng.standard_normal((VOCAB, WIDTH)).astype(np.float32), "table"),
@@ -26,6 +30,7 @@ def mixed_inputs_model(path: Union[str, Path], seed: int = 0, batch: Union[int, 
         numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
         numpy_helper.from_array(np.array(1.0, np.float32), "one"),
         numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "gain"),
     ]
     nodes = [
         helper.make_node("Gather", ["table", "ids"], ["emb"]),
@@ -37,7 +42,8 @@ def mixed_inputs_model(path: Union[str, Path], seed: int = 0, batch: Union[int, 
         helper.make_node("Where", ["is16", "one", "half"], ["factor"]),
         helper.make_node("Mul", ["state", "factor"], ["scaled"]),
         helper.make_node("Add", ["scaled", "pooled"], ["state_out"]),
-        helper.make_node("Add", ["y", "pooled"], ["y_out"]),
+        helper.make_node("Add", ["y", "pooled"], ["y_sum"]),
+        helper.make_node("Mul", ["y_sum", "gain"], ["y_out"]),
         helper.make_node("Not", ["mask"], ["keep"]),
         helper.make_node("ArgMax", ["masked"], ["best"], axis=2, keepdims=0),
     ]
@@ -50,7 +56,8 @@ def mixed_inputs_model(path: Union[str, Path], seed: int = 0, batch: Union[int, 
             helper.make_tensor_value_info("sr", TensorProto.INT64, []),
             helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, batch, WIDTH]),
             helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, WIDTH]),
-        ],
+        ]
+        + ([helper.make_tensor_value_info("gain", TensorProto.FLOAT, [])] if optional else []),
         [
             helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, batch, WIDTH]),
             helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [batch, WIDTH]),
