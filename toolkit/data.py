@@ -83,7 +83,13 @@ def _matches(got: Any, want: Any) -> bool:
     return len(got) == len(want) and all(not isinstance(w, int) or w == g for g, w in zip(got, want))
 
 
-def _from_arrays(arrays, specs, source, sample_axes=None, input_values=None):
+def _from_arrays(
+    arrays: dict[str, Any],
+    specs: list,
+    source: str,
+    sample_axes: dict[str, int] | None = None,
+    input_values: dict[str, Any] | None = None,
+) -> Dataset:
     """Samples from named arrays (an ``.npz``): one array per input, samples along axis 0 or ``sample_axes``."""
     names = [s.name for s in specs]
     sample_axes = dict(sample_axes or {})
@@ -133,7 +139,14 @@ def _from_arrays(arrays, specs, source, sample_axes=None, input_values=None):
     return Dataset(samples, labels, source)
 
 
-def load_dataset(path, specs, preprocess=None, limit=None, sample_axes=None, input_values=None):
+def load_dataset(
+    path: Any,
+    specs: list,
+    preprocess: str | None = None,
+    limit: int | None = None,
+    sample_axes: dict[str, int] | None = None,
+    input_values: dict[str, Any] | None = None,
+) -> Dataset:
     """Read ``path`` (any format of the module's docstring) into a :class:`Dataset` for the model's ``specs``."""
     path = Path(path)
     if not path.exists():
@@ -181,13 +194,16 @@ def load_dataset(path, specs, preprocess=None, limit=None, sample_axes=None, inp
     return ds
 
 
-def synthetic_dataset(specs, n=8, seed=0, proto=None, input_values=None):
+def synthetic_dataset(
+    specs: list, n: int = 8, seed: int = 0, proto: Any = None, input_values: dict[str, Any] | None = None
+) -> Dataset:
     """Random samples for a model given no data; ``proto`` (the model) lets integer inputs be drawn in range;
     ``input_values`` are fed as given (``--input-value``)."""
     samples = random_inputs(specs, n, seed, proto=proto)
+    given = input_values or {}
     for s in specs:
-        if s.name in (input_values or {}):
-            value = fill_constant(s, input_values[s.name], "--input-value")
+        if s.name in given:
+            value = fill_constant(s, given[s.name], "--input-value")
             for feed in samples:
                 feed[s.name] = value
     return Dataset(samples, None, "synthetic", synthetic=True)

@@ -318,7 +318,7 @@ def integer_ranges(proto: onnx.ModelProto | None, specs: list) -> dict[str, Any]
     return found
 
 
-def random_inputs(specs, n, seed=0, proto=None):
+def random_inputs(specs: list, n: int, seed: int = 0, proto: onnx.ModelProto | None = None) -> list[dict]:
     """Synthetic samples for when the user gives no data: normal floats; integer inputs in the range the
     graph reads from ``proto`` (:func:`integer_ranges`), else small non-negative ints; bool masks with a run of
     True then False (both present), so a mask never hides a whole sequence."""
