@@ -77,6 +77,22 @@ def test_missing_constant_input_is_given_with_input_value(tmp_path, mixed):
     assert ds.samples[2]["sr"].dtype == np.int64 and ds.samples[2]["sr"].shape == ()
 
 
+def test_input_value_and_data_may_not_both_give_an_input(tmp_path, mixed):
+    _, model = mixed
+    np.savez(tmp_path / "d.npz", sr=np.array(16000), **mixed_samples(3))
+    with pytest.raises(DataError, match=r"\['sr'\] and --input-value gives them too"):
+        load_dataset(tmp_path / "d.npz", model.inputs, sample_axes={"state": 1}, input_values={"sr": 8000})
+
+
+def test_wrong_sample_axis_shape_names_the_expected_one(tmp_path, mixed):
+    _, model = mixed
+    s = mixed_samples(3)
+    s["state"] = s["state"].transpose(1, 0, 2)  # (3, 2, 4): samples on axis 0, but --sample-axis says 1
+    np.savez(tmp_path / "d.npz", sr=np.array(16000), **s)
+    with pytest.raises(DataError, match=r"shape \[3, 2, 4\]; expected \[2, N, 4\]"):
+        load_dataset(tmp_path / "d.npz", model.inputs, sample_axes={"state": 1})
+
+
 def test_folder_of_npz_one_sample_each(tmp_path, mixed):
     path, model = mixed
     s = mixed_samples(3)

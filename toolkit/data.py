@@ -68,9 +68,11 @@ def _per_sample(array: np.ndarray, spec: Any, axis: int, source: str) -> tuple[l
             if keep:
                 return [array[lead + (slice(i, i + 1), Ellipsis)].copy() for i in range(n)], n
             return [array[lead + (i, Ellipsis)].copy() for i in range(n)], n  # 0-d stays an array
-    per_sample = [d for i, d in enumerate(spec.shape) if not (spec.shape and spec.shape[0] == 1 and i == 0)]
-    expected = [str(d) for d in per_sample]
-    expected.insert(min(axis, len(expected)), "N")
+    expected = [str(d) for d in spec.shape]
+    if axis < len(expected) and spec.shape[axis] == 1:
+        expected[axis] = "N"  # the model's batch axis of 1 holds the samples
+    else:
+        expected.insert(min(axis, len(expected)), "N")
     hint = "" if axis else " or --sample-axis NAME=AXIS if the samples are not along the first axis"
     raise DataError(
         f"data for input {spec.name!r} ({where}) has shape {list(array.shape)}; "
@@ -111,6 +113,9 @@ def _from_arrays(
             f"name the arrays after the inputs (missing: {missing}; a value the same for every sample, "
             "such as a sample rate: --input-value NAME=VALUE)"
         )
+    both = sorted(n for n in input_values if n in arrays and n in names)
+    if both:
+        raise DataError(f"{source} holds {both} and --input-value gives them too: drop one of the two")
     unknown_axes = sorted(set(sample_axes) - set(names))
     if unknown_axes:
         raise DataError(f"--sample-axis names {unknown_axes} but the model's inputs are {names}")

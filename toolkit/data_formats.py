@@ -165,6 +165,9 @@ def records_to_samples(
     samples, labels = [], []
     for where, record in records:
         labels.append(split_label(record, names, label_keys, where))
+        both = sorted(n for n in constants if n in record)
+        if both:
+            raise DataError(f"{where} holds {both} and --input-value gives them too: drop one of the two")
         unknown = sorted(set(record) - set(names))
         missing = [n for n in names if n not in record and n not in constants]
         if unknown or missing:
