@@ -232,3 +232,17 @@ def test_agent_serves_int64_bool_and_0d_tensors(zoo, romanizer_jsonl, vad_data, 
         },
     )
     np.testing.assert_allclose(scalar["outputs"]["output"]["data"], want["output"].tolist(), atol=1e-5)
+
+
+def test_mnn_that_cannot_run_the_encoder_says_so(zoo, romanizer_jsonl, tmp_path):
+    """MNN converts the GRU encoder into a loop it cannot size: a ConversionError with the inputs, no traceback."""
+    from edgekit.errors import ConversionError
+
+    _, models = zoo
+    with pytest.raises(ConversionError) as e:
+        edgekit.build(
+            models / "romanizer_encoder.onnx", "host", tmp_path / "mnn", backend="mnn", precision="fp32",
+            val=romanizer_jsonl, input_shapes=ROMANIZER_SHAPES,
+        )  # fmt: skip
+    assert "mnn built 'fp32" in str(e.value) and "src int64 [1, 16]" in str(e.value)
+    assert not (tmp_path / "mnn").exists()
