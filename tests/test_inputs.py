@@ -171,6 +171,11 @@ def test_synthetic_integer_inputs_are_drawn_in_range(mixed):
     ids = np.stack([f["ids"] for f in ds.samples])
     assert ids.min() >= 0 and ids.max() < VOCAB and ids.max() > 10  # the whole table, not only 0..9
     assert all(int(f["sr"]) == 16000 for f in ds.samples)
+    assert ds.describe()["non_float_inputs"] == {
+        "ids": f"0..{VOCAB - 1} (ids into a table of {VOCAB} rows)",
+        "mask": "bool mask: a run of True, then False",
+        "sr": "one of [16000] (the values the graph compares it with)",
+    }
     masks = np.stack([f["mask"] for f in ds.samples])
     assert masks[..., 0].all() and (~masks).any()  # a run of True first, never an all-False mask
 

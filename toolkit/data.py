@@ -23,7 +23,7 @@ import numpy as np
 from .data_formats import as_feed, cast, fill_constant, read_jsonl, read_npz_dir, records_to_samples
 from .data_images import IMAGE_SUFFIXES, load_images, parse_preprocess
 from .errors import DataError
-from .model import random_inputs
+from .model import integer_ranges, random_inputs
 
 __all__ = ["IMAGE_SUFFIXES", "LABEL_KEYS", "Dataset", "load_dataset", "parse_preprocess", "synthetic_dataset"]
 LABEL_KEYS = ("labels", "label", "y")
@@ -42,7 +42,10 @@ class Dataset:
 
     def describe(self):
         kind = "synthetic random inputs" if self.synthetic else self.source
-        return {"source": kind, "samples": len(self), "labels": self.labels is not None, "synthetic": self.synthetic}
+        out = {"source": kind, "samples": len(self), "labels": self.labels is not None, "synthetic": self.synthetic}
+        if self.synthetic and self.meta.get("non_float_inputs"):
+            out["non_float_inputs"] = self.meta["non_float_inputs"]  # how the integer and bool inputs were drawn
+        return out
 
 
 def _per_sample(array: np.ndarray, spec: Any, axis: int, source: str) -> tuple[list[np.ndarray] | None, int]:
@@ -206,12 +209,26 @@ def synthetic_dataset(
     ``input_values`` are fed as given (``--input-value``)."""
     samples = random_inputs(specs, n, seed, proto=proto)
     given = input_values or {}
+    ranges = integer_ranges(proto, specs)
+    drawn = {}
+    for s in specs:
+        if s.name in given or s.dtype.startswith("float"):
+            continue
+        r = ranges.get(s.name)
+        if s.dtype == "bool":
+            drawn[s.name] = "bool mask: a run of True, then False"
+        elif isinstance(r, tuple):
+            drawn[s.name] = f"{r[0]}..{r[1] - 1} (ids into a table of {r[1]} rows)"
+        elif isinstance(r, list):
+            drawn[s.name] = f"one of {r} (the values the graph compares it with)"
+        else:
+            drawn[s.name] = "0..9 (nothing in the graph says its range)"
     for s in specs:
         if s.name in given:
             value = fill_constant(s, given[s.name], "--input-value")
             for feed in samples:
                 feed[s.name] = value
-    return Dataset(samples, None, "synthetic", synthetic=True)
+    return Dataset(samples, None, "synthetic", synthetic=True, meta={"non_float_inputs": drawn} if drawn else {})
 
 
 def save_samples(dataset, path, count=1):
