@@ -207,3 +207,29 @@ def test_optional_input_keeps_its_default(tmp_path):
     assert report["fidelity"]["passed"]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert "gain" not in [i["name"] for i in manifest["inputs"]]
+
+
+@pytest.mark.parametrize(
+    "dtype, value, ok",
+    [
+        ("int32", [[1, 2, 3]], True),
+        ("int32", [[1, 2, 2**40]], False),  # does not fit int32
+        ("uint8", [[0, 255, 7]], True),
+        ("uint8", [[0, 256, 7]], False),
+        ("uint8", [[-1, 2, 3]], False),
+        ("bool", [[1, 0, 1]], True),
+        ("float16", [[0.5, 1, 2]], True),
+    ],
+)
+def test_feeds_of_every_integer_width(dtype, value, ok):
+    from edgekit.data_formats import as_feed
+    from edgekit.model import TensorSpec
+
+    spec = TensorSpec("t", [1, 3], dtype)
+    if ok:
+        a = as_feed(spec, value, "line 1", lenient=True)
+        assert str(a.dtype) == dtype and a.shape == (1, 3)
+        np.testing.assert_array_equal(a, np.asarray(value))
+    else:
+        with pytest.raises(DataError, match=f"'t'.*{dtype}"):
+            as_feed(spec, value, "line 1", lenient=True)
