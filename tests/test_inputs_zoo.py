@@ -89,6 +89,7 @@ def test_silero_vad_scalar_sr_and_state_on_axis_1(zoo, vad_data, tmp_path):
         input_values=["sr=16000"],
     )
     assert report["fidelity"]["passed"] and report["fidelity"]["data"]["samples"] == 40
+    assert "NNAPI" in report["mobile_usability"]  # ORT's checker, run with constant folding left out
     inputs = {i["name"]: i for i in report["inputs"]}
     assert inputs["sr"]["shape"] == [] and inputs["sr"]["dtype"] == "int64"
     # per frame, the built model (loaded as the device loads it) says what the original says
@@ -246,3 +247,18 @@ def test_mnn_that_cannot_run_the_encoder_says_so(zoo, romanizer_jsonl, tmp_path)
         )  # fmt: skip
     assert "mnn built 'fp32" in str(e.value) and "src int64 [1, 16]" in str(e.value)
     assert not (tmp_path / "mnn").exists()
+
+
+def test_silero_vad_ort_format_refusal_is_clear(zoo, vad_data, tmp_path):
+    """The ORT format cannot leave constant folding out, which breaks this model's If branches once shapes are
+    fixed: the build says so and what to do, and writes nothing."""
+    from edgekit.errors import ConversionError
+
+    _, models = zoo
+    with pytest.raises(ConversionError, match=r"constant folding breaks this model's If branches.*host"):
+        edgekit.build(
+            models / "silero_vad.onnx", "raspberrypi5", tmp_path / "pi5", backend="ort", precision="fp32",
+            val=vad_data, input_shapes=["input=1,576", "state=2,1,128"], sample_axes={"state": 1},
+            input_values={"sr": 16000},
+        )  # fmt: skip
+    assert not (tmp_path / "pi5").exists()
