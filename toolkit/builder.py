@@ -14,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit_agent.runners.base import RunnerError
+
 from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
 from . import bundle as bundle_mod
 from . import stream as stream_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
-from .errors import DataError, ProfileError
+from .data_formats import parse_input_values, parse_sample_axes
+from .errors import ConversionError, DataError, ProfileError
+from .input_support import cannot_run
 from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
@@ -54,12 +58,16 @@ def build(
     metric=None,
     min_score=None,
     stream=None,
+    sample_axes=None,
+    input_values=None,
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
     ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
     ``stream`` (``{"state": "stateN"}`` or ``["state=stateN"]``): outputs fed back as inputs at the next step;
     the data are then sequences and fidelity is measured over them (:mod:`edgekit.stream`, docs/STREAMS.md).
+    ``sample_axes`` (``{input: axis}`` or ``["state=1"]``): the axis of an ``.npz`` array that counts samples;
+    ``input_values`` (``{input: value}`` or ``["sr=16000"]``): an input given once for every sample (docs/INPUTS.md).
     Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
     ``output`` is then left as it was.
 
@@ -85,6 +93,8 @@ def build(
         metric=metric,
         min_score=min_score,
         stream=stream,
+        sample_axes=sample_axes,
+        input_values=input_values,
         prune=prune,
         prune_mode=prune_mode,
         prune_recipe=prune_recipe,
@@ -216,6 +226,8 @@ def _build_one(
     metric=None,
     min_score=None,
     stream=None,
+    sample_axes=None,
+    input_values=None,
 ):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -233,10 +245,27 @@ def _build_one(
 
     src = load_model(model, input_shapes, shape_hints.data_reader([] if stream else [calib, val], preprocess))
     plan = stream_mod.plan(stream, src)  # --stream: data as sequences, each candidate run with its own state
-    load = plan.load if plan else load_dataset
-    calib_ds = load(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
-    val_ds = load(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
-    fid_ds = val_ds or calib_ds or (plan.synthetic() if plan else synthetic_dataset(src.inputs))
+    data_opts = {"sample_axes": parse_sample_axes(sample_axes), "input_values": parse_input_values(input_values)}
+    if plan and (data_opts["sample_axes"] or data_opts["input_values"]):
+        raise DataError(
+            "--sample-axis and --input-value do not apply to --stream data: a sequence's .npz holds each constant "
+            "input once (docs/STREAMS.md)"
+        )
+
+    def load(path, limit):
+        if plan:
+            return plan.load(path, src.inputs, preprocess, limit=limit)
+        return load_dataset(path, src.inputs, preprocess, limit=limit, **data_opts)
+
+    calib_ds = load(calib, CALIB_SAMPLES) if calib else None
+    val_ds = load(val, FIDELITY_SAMPLES) if val else None
+    fid_ds = val_ds or calib_ds
+    if fid_ds is None:
+        fid_ds = (
+            plan.synthetic()
+            if plan
+            else synthetic_dataset(src.inputs, proto=src.proto, input_values=data_opts["input_values"])
+        )
     runs = plan.runner(be, fid_ds) if plan else be
 
     if precision in (None, "auto"):
@@ -278,6 +307,7 @@ def _build_one(
             "calib": cache.path_digest(calib),
             "val": cache.path_digest(val),
             "preprocess": preprocess,
+            **({"data_options": data_opts} if any(data_opts.values()) else {}),
             "thresholds": thresholds.to_dict(),
             "task": None if task is None else str(task),
             "metric": None if user_metric is None else [user_metric.name, user_metric.sha256],
@@ -329,7 +359,10 @@ def _build_one(
 
         def check(step, model_path):
             with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
-                outputs = runs.predict(model_path, fid_ds.samples, session=session)
+                try:
+                    outputs = runs.predict(model_path, fid_ds.samples, session=session)
+                except RunnerError as e:  # the runtime failed on the built model: say so with the model's inputs
+                    raise ConversionError(cannot_run(backend, step, src.inputs, e)) from None
             last_outputs[0] = outputs
             streamed = plan.metrics(reference_outputs, outputs, fid_ds) if plan else None
             record = fidelity.check_step(

@@ -1,27 +1,31 @@
-"""Calibration and validation data: ``.npz``, ``.npy`` or a folder of images.
+"""Calibration and validation data: ``.npz``, ``.npy``, a folder of images, a folder of ``.npz``, ``.jsonl``.
 
-A :class:`Dataset` is a list of feeds (one sample each, batch dimension 1) plus
-optional integer labels. Data that does not fit the model is refused with the shapes.
+A :class:`Dataset` is a list of feeds (one sample each: ``{input: ndarray}`` with the model's dtype and rank, a
+0-d input a 0-d array) plus optional integer labels. Data that does not fit the model is refused with the shapes.
+docs/INPUTS.md describes every format.
 
-``.npz``: one array per model input, named like the input, samples along the first
-axis; an optional ``labels`` array. A single-input model also takes an ``.npz`` with
-one array under any name, or an ``.npy``.
+``.npz``: one array per model input, named like the input, samples along the first axis (or the axis given with
+``sample_axes``/``--sample-axis NAME=AXIS``); an array with exactly the input's own shape (a 0-d ``sr``) is fed
+with every sample; an optional ``labels`` array (``label``/``y`` too, unless the model has an input of that name).
+A single-input model also takes an ``.npz`` with one array under any name, or an ``.npy``.
 
-Images: a folder of ``.png/.jpg/.jpeg/.bmp`` files; when they sit in sub-folders named
-by integers (``data/0/a.png``, ``data/1/b.png``), those integers are the labels. The
-preprocessing is a string such as ``"resize=224x224 scale=1/255 mean=0.485,0.456,0.406
-std=0.229,0.224,0.225 layout=nchw color=rgb"``.
+A folder of ``.npz`` files or a ``.jsonl`` file: one sample each (:mod:`edgekit.data_formats`). A folder of
+images: :mod:`edgekit.data_images`. ``input_values`` (``--input-value NAME=VALUE``) gives an input missing from
+the data once, for every sample.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .data_formats import as_feed, cast, fill_constant, read_jsonl, read_npz_dir, records_to_samples
+from .data_images import IMAGE_SUFFIXES, load_images, parse_preprocess
 from .errors import DataError
-from .model import random_inputs
+from .model import integer_ranges, random_inputs
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+__all__ = ["IMAGE_SUFFIXES", "LABEL_KEYS", "Dataset", "load_dataset", "parse_preprocess", "synthetic_dataset"]
 LABEL_KEYS = ("labels", "label", "y")
 
 
@@ -38,178 +42,159 @@ class Dataset:
 
     def describe(self):
         kind = "synthetic random inputs" if self.synthetic else self.source
-        return {"source": kind, "samples": len(self), "labels": self.labels is not None, "synthetic": self.synthetic}
+        out = {"source": kind, "samples": len(self), "labels": self.labels is not None, "synthetic": self.synthetic}
+        if self.synthetic and self.meta.get("non_float_inputs"):
+            out["non_float_inputs"] = self.meta["non_float_inputs"]  # how the integer and bool inputs were drawn
+        return out
 
 
-def _split(name, array, spec):
-    shape = [d if isinstance(d, int) else None for d in spec.shape]
-    if array.dtype != np.dtype(spec.dtype):
-        if np.issubdtype(array.dtype, np.floating) and spec.dtype.startswith("float"):
-            array = array.astype(spec.dtype)
-        else:
-            raise DataError(
-                f"data for input {spec.name!r} ({name}) has dtype {array.dtype}, the model wants {spec.dtype}"
-            )
-    per_sample = shape[1:] if shape and shape[0] == 1 else shape
-    if list(array.shape[1:]) == per_sample or (
-        len(array.shape) == len(per_sample) + 1
-        and all(p is None or p == a for p, a in zip(per_sample, array.shape[1:]))
-    ):
-        return [array[i : i + 1] if shape and shape[0] == 1 else array[i] for i in range(array.shape[0])]
-    if list(array.shape) == shape:
-        return [array]
+def _per_sample(array: np.ndarray, spec: Any, axis: int, source: str) -> tuple[list[np.ndarray] | None, int]:
+    """Split ``array`` into the input's samples along ``axis``; ``(None, 1)`` for a value given once (an array of
+    exactly the input's own shape with no sample axis, such as a 0-d ``sr``): it is fed with every sample."""
+    rank = len(spec.shape)
+    where = f"{source}: {spec.name!r}"
+    array = cast(spec, array, source)
+    if array.ndim == rank + 1 and axis <= rank:
+        keep = False
+    elif array.ndim == rank and axis < rank and spec.shape[axis] == 1:
+        keep = True  # the model's batch axis of 1 holds the samples: [N, C, H, W] for [1, C, H, W]
+    elif array.ndim == rank and axis == 0 and _matches(array.shape, spec.shape):
+        return None, 1
+    else:
+        keep = None
+    if keep is not None:
+        rest = [d for i, d in enumerate(array.shape) if i != axis]
+        want = [d for i, d in enumerate(spec.shape) if not (keep and i == axis)]
+        if _matches(rest, want):
+            n = array.shape[axis]
+            lead = (slice(None),) * axis
+            if keep:
+                return [array[lead + (slice(i, i + 1), Ellipsis)].copy() for i in range(n)], n
+            return [array[lead + (i, Ellipsis)].copy() for i in range(n)], n  # 0-d stays an array
+    expected = [str(d) for d in spec.shape]
+    if axis < len(expected) and spec.shape[axis] == 1:
+        expected[axis] = "N"  # the model's batch axis of 1 holds the samples
+    else:
+        expected.insert(min(axis, len(expected)), "N")
+    hint = "" if axis else " or --sample-axis NAME=AXIS if the samples are not along the first axis"
     raise DataError(
-        f"data for input {spec.name!r} ({name}) has shape {list(array.shape)}; "
-        f"expected [N, {', '.join(str(d) for d in per_sample)}] "
-        f"(N samples of the model's input {spec.shape}). Fix the data or pass --input-shape"
+        f"data for input {spec.name!r} ({where}) has shape {list(array.shape)}; "
+        f"expected [{', '.join(expected)}] (N samples of the model's input {spec.shape}). "
+        f"Fix the data{hint}, or pass --input-shape"
     )
 
 
-def _from_arrays(arrays, specs, source):
+def _matches(got: Any, want: Any) -> bool:
+    return len(got) == len(want) and all(not isinstance(w, int) or w == g for g, w in zip(got, want))
+
+
+def _from_arrays(
+    arrays: dict[str, Any],
+    specs: list,
+    source: str,
+    sample_axes: dict[str, int] | None = None,
+    input_values: dict[str, Any] | None = None,
+) -> Dataset:
+    """Samples from named arrays (an ``.npz``): one array per input, samples along axis 0 or ``sample_axes``."""
+    names = [s.name for s in specs]
+    sample_axes = dict(sample_axes or {})
+    input_values = dict(input_values or {})
     labels = None
     for key in LABEL_KEYS:
-        if key in arrays:
+        if key in arrays and key not in names:
             raw = np.asarray(arrays.pop(key))
             if raw.dtype.kind not in "iub" and not (raw.dtype.kind == "f" and np.all(np.mod(raw, 1) == 0)):
                 raise DataError(f"{source}: '{key}' must hold integer class indices, it has dtype {raw.dtype}")
             labels = raw.astype(np.int64).reshape(-1)
             break
-    names = [s.name for s in specs]
     if len(specs) == 1 and len(arrays) == 1 and names[0] not in arrays:
         arrays = {names[0]: next(iter(arrays.values()))}
-    missing = [n for n in names if n not in arrays]
+    missing = [n for n in names if n not in arrays and n not in input_values]
     if missing:
         raise DataError(
             f"{source} has arrays {sorted(arrays)} but the model's inputs are {names}; "
-            f"name the arrays after the inputs (missing: {missing})"
+            f"name the arrays after the inputs (missing: {missing}; a value the same for every sample, "
+            "such as a sample rate: --input-value NAME=VALUE)"
         )
+    both = sorted(n for n in input_values if n in arrays and n in names)
+    if both:
+        raise DataError(f"{source} holds {both} and --input-value gives them too: drop one of the two")
+    unknown_axes = sorted(set(sample_axes) - set(names))
+    if unknown_axes:
+        raise DataError(f"--sample-axis names {unknown_axes} but the model's inputs are {names}")
+    per_input, once = {}, {}
     for s in specs:
+        if s.name not in arrays:
+            once[s.name] = fill_constant(s, input_values[s.name], "--input-value")
+            continue
         a = np.asarray(arrays[s.name])
         if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
             raise DataError(f"{source}: input {s.name!r} contains NaN or Inf values; clean the data first")
-    per_input = {s.name: _split(s.name, np.asarray(arrays[s.name]), s) for s in specs}
+        split, _ = _per_sample(a, s, sample_axes.get(s.name, 0), source)
+        if split is None:
+            once[s.name] = as_feed(s, a, source)
+        else:
+            per_input[s.name] = split
     counts = {n: len(v) for n, v in per_input.items()}
-    if len(set(counts.values())) != 1:
+    if len(set(counts.values())) > 1:
         raise DataError(f"{source}: inputs have different sample counts {counts}")
-    n = next(iter(counts.values()))
+    n = next(iter(counts.values())) if counts else 1
     if n == 0:
         raise DataError(f"{source} holds no samples")
     if labels is not None and len(labels) != n:
         raise DataError(f"{source}: {len(labels)} labels for {n} samples")
-    samples = [{name: per_input[name][i] for name in names} for i in range(n)]
+    samples = [{name: per_input[name][i] if name in per_input else once[name] for name in names} for i in range(n)]
     return Dataset(samples, labels, source)
 
 
-def parse_preprocess(spec):
-    opts = {"resize": None, "scale": 1.0, "mean": [0.0], "std": [1.0], "layout": "nchw", "color": "rgb"}
-    for item in (spec or "").split():
-        key, sep, value = item.partition("=")
-        if not sep or key not in opts:
-            raise DataError(
-                f"bad --preprocess item {item!r}: use keys {sorted(opts)}, "
-                'e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"'
-            )
-        try:
-            if key == "resize":
-                w, h = value.lower().split("x")
-                opts[key] = (int(w), int(h))
-                if min(opts[key]) <= 0:
-                    raise ValueError
-            elif key == "scale":
-                num, _, den = value.partition("/")
-                opts[key] = float(num) / float(den or 1)
-            elif key in ("mean", "std"):
-                opts[key] = [float(v) for v in value.split(",")]
-            elif key == "layout":
-                if value.lower() not in ("nchw", "nhwc"):
-                    raise ValueError
-                opts[key] = value.lower()
-            else:
-                if value.lower() not in ("rgb", "bgr", "gray"):
-                    raise ValueError
-                opts[key] = value.lower()
-        except (ValueError, ZeroDivisionError):
-            raise DataError(f"bad --preprocess value {item!r}") from None
-    return opts
-
-
-def _load_images(folder, specs, preprocess):
-    try:
-        from PIL import Image
-    except ImportError:
-        raise DataError("reading a folder of images needs Pillow: pip install 'edgekit[images]'") from None
-    if len(specs) != 1:
-        raise DataError("a folder of images can only feed a single-input model; use an .npz for several inputs")
-    spec = specs[0]
-    opts = parse_preprocess(preprocess)
-    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found under {folder}")
-    if opts["resize"] is None:
-        dims = spec.shape
-        if len(dims) == 4 and all(isinstance(d, int) for d in dims):
-            h, w = (dims[2], dims[3]) if opts["layout"] == "nchw" else (dims[1], dims[2])
-            opts["resize"] = (w, h)
-        else:
-            raise DataError("give the image size with --preprocess resize=WxH")
-    channels = 1 if opts["color"] == "gray" else 3
-    for key in ("mean", "std"):
-        if len(opts[key]) not in (1, channels):
-            raise DataError(f"--preprocess {key} has {len(opts[key])} values; give 1 or {channels} (one per channel)")
-    if any(v == 0 for v in opts["std"]):
-        raise DataError("--preprocess std must not be 0")
-    arrays, labels = [], []
-    for p in files:
-        try:
-            img = (
-                Image.open(p).convert("L" if opts["color"] == "gray" else "RGB").resize(opts["resize"], Image.BILINEAR)
-            )
-        except OSError as e:  # PIL.UnidentifiedImageError is an OSError
-            raise DataError(f"cannot read image {p}: {e}") from None
-        a = np.asarray(img, dtype=np.float32)
-        if a.ndim == 2:
-            a = a[:, :, None]
-        if opts["color"] == "bgr":
-            a = a[:, :, ::-1]
-        a = (a * opts["scale"] - np.asarray(opts["mean"], np.float32)) / np.asarray(opts["std"], np.float32)
-        if opts["layout"] == "nchw":
-            a = a.transpose(2, 0, 1)
-        arrays.append(a)
-        parent = p.parent.name
-        labels.append(int(parent) if parent.isdigit() and p.parent != Path(folder) else None)
-    label_array = None if any(label is None for label in labels) else np.asarray(labels, np.int64)
-    ds = _from_arrays({spec.name: np.stack(arrays)}, specs, f"{folder} ({len(files)} images)")
-    ds.labels = label_array
-    ds.meta["preprocess"] = preprocess
-    return ds
-
-
-def load_dataset(path, specs, preprocess=None, limit=None):
+def load_dataset(
+    path: Any,
+    specs: list,
+    preprocess: str | None = None,
+    limit: int | None = None,
+    sample_axes: dict[str, int] | None = None,
+    input_values: dict[str, Any] | None = None,
+) -> Dataset:
+    """Read ``path`` (any format of the module's docstring) into a :class:`Dataset` for the model's ``specs``."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"data not found: {path}")
+    if sample_axes and not (path.is_file() and path.suffix in (".npz", ".npy")):
+        raise DataError("--sample-axis applies to an .npz or .npy (other formats hold one sample per file or line)")
     if path.is_dir():
-        ds = _load_images(path, specs, preprocess)
+        if any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.rglob("*")):
+            ds = load_images(path, specs, preprocess, _from_arrays)
+        elif any(path.rglob("*.npz")):
+            samples, labels = records_to_samples(read_npz_dir(path), specs, LABEL_KEYS, input_values or {}, False)
+            ds = Dataset(samples, labels, f"{path} ({len(samples)} .npz files)")
+        else:
+            raise DataError(f"{path} holds neither images ({', '.join(IMAGE_SUFFIXES)}) nor .npz files")
     elif path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read {path} as .npz: {e}") from None
-        ds = _from_arrays(arrays, specs, str(path))
+        ds = _from_arrays(arrays, specs, str(path), sample_axes, input_values)
     elif path.suffix == ".npy":
         try:
             array = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read {path} as .npy: {e}") from None
-        if len(specs) != 1:
+        free = [s for s in specs if s.name not in (input_values or {})]
+        if len(free) != 1:
             raise DataError(
                 f"{path}: an .npy feeds a single-input model; "
                 f"this one has inputs {[s.name for s in specs]}; use an .npz"
             )
-        ds = _from_arrays({specs[0].name: array}, specs, str(path))
+        ds = _from_arrays({free[0].name: array}, specs, str(path), sample_axes, input_values)
+    elif path.suffix in (".jsonl", ".ndjson"):
+        samples, labels = records_to_samples(read_jsonl(path), specs, LABEL_KEYS, input_values or {}, True)
+        ds = Dataset(samples, labels, f"{path} ({len(samples)} lines)")
     else:
-        raise DataError(f"unsupported data file {path}: use .npz, .npy or a folder of images")
+        raise DataError(
+            f"unsupported data file {path}: use .npz, .npy, .jsonl, a folder of .npz files or a folder of images"
+        )
     if limit and len(ds) > limit:
         ds.samples = ds.samples[:limit]
         if ds.labels is not None:
@@ -217,8 +202,33 @@ def load_dataset(path, specs, preprocess=None, limit=None):
     return ds
 
 
-def synthetic_dataset(specs, n=8, seed=0):
-    return Dataset(random_inputs(specs, n, seed), None, "synthetic", synthetic=True)
+def synthetic_dataset(
+    specs: list, n: int = 8, seed: int = 0, proto: Any = None, input_values: dict[str, Any] | None = None
+) -> Dataset:
+    """Random samples for a model given no data; ``proto`` (the model) lets integer inputs be drawn in range;
+    ``input_values`` are fed as given (``--input-value``)."""
+    samples = random_inputs(specs, n, seed, proto=proto)
+    given = input_values or {}
+    ranges = integer_ranges(proto, specs)
+    drawn = {}
+    for s in specs:
+        if s.name in given or s.dtype.startswith("float"):
+            continue
+        r = ranges.get(s.name)
+        if s.dtype == "bool":
+            drawn[s.name] = "bool mask: a run of True, then False"
+        elif isinstance(r, tuple):
+            drawn[s.name] = f"{r[0]}..{r[1] - 1} (ids into a table of {r[1]} rows)"
+        elif isinstance(r, list):
+            drawn[s.name] = f"one of {r} (the values the graph compares it with)"
+        else:
+            drawn[s.name] = "0..9 (nothing in the graph says its range)"
+    for s in specs:
+        if s.name in given:
+            value = fill_constant(s, given[s.name], "--input-value")
+            for feed in samples:
+                feed[s.name] = value
+    return Dataset(samples, None, "synthetic", synthetic=True, meta={"non_float_inputs": drawn} if drawn else {})
 
 
 def save_samples(dataset, path, count=1):

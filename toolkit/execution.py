@@ -47,7 +47,24 @@ def reference_session(model: str | Path | bytes, threads: int | None = None) -> 
     if threads:
         so.intra_op_num_threads = int(threads)
     source = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(source, sess_options=so, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(source, sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's Fail
+        if not constant_folding_failed(e):
+            raise
+        # see constant_folding_failed: the graph is the same, only the optimizer's folding is left out
+        return ort.InferenceSession(
+            source, sess_options=so, providers=["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"]
+        )
+
+
+def constant_folding_failed(error: Exception) -> bool:
+    """ONNX Runtime's constant folding can fail on a model with fixed shapes whose ``If`` branches give a tensor
+    different ranks (Silero VAD: a branch taken or not by the input's length): the folded branch no longer
+    type-checks. The model runs correctly with that one optimizer disabled."""
+    from edgekit_agent.runners.ort import constant_folding_failed as failed
+
+    return failed(error)
 
 
 def session_outputs(sess: Any, samples: Sequence[Feed]) -> list[dict]:

@@ -7,9 +7,11 @@ user's model with its dynamic dimensions fixed (from ``--input-shape``, else bat
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 from onnx import TensorProto
 
 from . import shape_hints
@@ -167,6 +169,7 @@ def load_model(path, input_shapes=None, data_shapes=None):
         ) from None
     if not proto.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: it has no graph nodes (is it an ONNX file at all?)")
+    _load_external_data(proto, path)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -226,6 +229,27 @@ def load_model(path, input_shapes=None, data_shapes=None):
     return model
 
 
+def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """Read the weights a model keeps in external-data files (next to ``path``) into ``proto``, so that it is
+    checked, shape-fixed and saved as one self-contained reference."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
+
+    external = [t for t in proto.graph.initializer if uses_external_data(t)]
+    if not external:
+        return
+    files = sorted({ExternalDataInfo(t).location for t in external})
+    absent = [f for f in files if not (path.parent / f).is_file()]
+    if absent:
+        raise ModelError(
+            f"{path} keeps its weights in external-data file(s) {absent}, not found next to it; "
+            "copy them into the model's folder (as the exporter wrote them)"
+        )
+    try:
+        load_external_data_for_model(proto, str(path.parent))
+    except Exception as e:  # a truncated file, a bad offset
+        raise ModelError(f"cannot read {path}'s external data {files}: {e}") from None
+
+
 def _dynamic_error(hints, proto, data_shapes):
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     found = data_shapes(names) if data_shapes is not None else {}
@@ -257,9 +281,49 @@ def operator_set(proto):
     return [{"domain": d, "op": o, "count": c} for (d, o), c in sorted(counts.items())]
 
 
-def random_inputs(specs, n, seed=0):
-    """Synthetic samples for when the user gives no data: normal floats, small ints."""
+def integer_ranges(proto: onnx.ModelProto | None, specs: list) -> dict[str, Any]:
+    """What an integer input of ``proto`` may hold, read from the graph: ``(low, high)`` (high exclusive) for ids
+    that index a table (a Gather on an initializer: token ids 0..vocab-1), or the list of values an ``Equal``
+    compares it with (a sample rate of 8000 or 16000). Inputs the graph says nothing about are absent."""
+    if proto is None:
+        return {}
+    wanted = {s.name for s in specs if s.dtype != "bool" and not s.dtype.startswith("float")}
+    consts: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for init in graph.initializer:
+            consts[init.name] = onnx.numpy_helper.to_array(init)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        consts[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+            for attr in node.attribute:
+                for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    walk(g)
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in wanted:
+                table = consts.get(node.input[0])
+                if table is not None and table.ndim:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    size = int(table.shape[axis])
+                    old = found.get(node.input[1])
+                    found[node.input[1]] = (0, min(size, old[1]) if isinstance(old, tuple) else size)
+            if node.op_type == "Equal" and len(node.input) == 2:
+                for mine, other in (node.input, node.input[::-1]):
+                    if mine in wanted and other in consts and mine not in found:
+                        found[mine] = [int(v) for v in consts[other].reshape(-1)]
+
+    walk(proto.graph)
+    return found
+
+
+def random_inputs(specs: list, n: int, seed: int = 0, proto: onnx.ModelProto | None = None) -> list[dict]:
+    """Synthetic samples for when the user gives no data: normal floats; integer inputs in the range the
+    graph reads from ``proto`` (:func:`integer_ranges`), else small non-negative ints; bool masks with a run of
+    True then False (both present), so a mask never hides a whole sequence."""
     rng = np.random.default_rng(seed)
+    ranges = integer_ranges(proto, specs)
     samples = []
     for _ in range(n):
         feed = {}
@@ -268,8 +332,19 @@ def random_inputs(specs, n, seed=0):
             if s.dtype.startswith("float"):
                 feed[s.name] = rng.standard_normal(shape).astype(s.dtype)
             elif s.dtype == "bool":
-                feed[s.name] = rng.integers(0, 2, shape).astype(bool)
+                feed[s.name] = _mask(rng, shape)
+            elif isinstance(ranges.get(s.name), list):
+                feed[s.name] = np.full(shape, rng.choice(ranges[s.name]), dtype=s.dtype)
             else:
-                feed[s.name] = rng.integers(0, 10, shape).astype(s.dtype)
+                low, high = ranges.get(s.name, (0, 10))
+                feed[s.name] = rng.integers(low, max(high, low + 1), shape).astype(s.dtype)
         samples.append(feed)
     return samples
+
+
+def _mask(rng: np.random.Generator, shape: list) -> np.ndarray:
+    if not shape:
+        return np.array(True)
+    length = shape[-1]
+    keep = rng.integers(1, length, size=shape[:-1] + [1]) if length > 1 else np.ones(shape[:-1] + [1], np.int64)
+    return np.arange(length) < keep

@@ -68,7 +68,9 @@ def build_text(r):
     )
     usability = r.get("mobile_usability") or {}
     for ep, u in usability.items():
-        if "error" in u:
+        if not isinstance(u, dict):  # the checker could not run at all: {"error": "..."}
+            lines.append(f"  mobile usability check: {u}")
+        elif "error" in u:
             lines.append(f"  {ep} check: {u['error']}")
         else:
             extra = f", unsupported: {', '.join(u['unsupported_ops'])}" if u["unsupported_ops"] else ""

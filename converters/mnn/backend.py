@@ -123,9 +123,12 @@ class MNNBackend(MNNQuantization, Backend):
         """A built .mnn run by the agent's MNN runner code (its MNNModel); an ONNX file is the reference."""
         if str(model_path).endswith(".onnx"):
             return self.reference_outputs(model_path, samples, threads, session)
+        from edgekit_agent.runners.base import as_declared
+
         model = self._model(model_path, threads, samples[0])
+        manifest = self.manifest_for(model_path, session)  # MNN computes bool outputs as int32: the declared dtypes
         try:
-            return [model.run(feed) for feed in samples]
+            return [as_declared(model.run(feed), manifest) for feed in samples]
         finally:
             model.close()
 

@@ -29,6 +29,13 @@ class OrtFormats:
                     target_platform=target_platform,
                 )
         except Exception as e:
+            if constant_folding_failed(e):
+                raise ConversionError(
+                    "conversion to ORT format failed: with the inputs' shapes fixed, ONNX Runtime's constant folding "
+                    "breaks this model's If branches, and the ORT-format conversion cannot leave that optimizer out "
+                    f"({str(e).splitlines()[0][:160]}). Build it for a profile whose ort backend ships ONNX (host: its "
+                    "runner loads the model with constant folding disabled)"
+                ) from None
             raise ConversionError(f"conversion to ORT format failed: {e}") from e
         ort_file = outdir / "model.ort"
         config = outdir / "model.required_operators.config"
@@ -65,7 +72,12 @@ class OrtFormats:
             optimized = Path(tmp) / "basic.onnx"
             try:
                 with _quiet():
-                    optimize_model(Path(onnx_path), optimized, use_external_initializers=True)
+                    try:
+                        optimize_model(Path(onnx_path), optimized, use_external_initializers=True)
+                    except Exception as e:  # onnxruntime's Fail
+                        if not constant_folding_failed(e):
+                            raise
+                        _optimize_without_folding(Path(onnx_path), optimized)  # as the runner loads such a model
                 model = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
             except Exception as e:  # report, don't fail the build: it is advice about other providers
                 return {"error": f"ORT's usability checker could not analyse the model: {e}"}
@@ -90,3 +102,27 @@ class OrtFormats:
                 "suitability": info.suitability().name,
             }
         return out
+
+
+def constant_folding_failed(error: Exception) -> bool:
+    from edgekit.execution import constant_folding_failed as failed
+
+    return failed(error)
+
+
+def _optimize_without_folding(model_path: Path, output_path: Path) -> None:
+    """ORT's basic optimizations with constant folding left out, written to ``output_path`` (what
+    ``onnxruntime.tools.onnx_model_utils.optimize_model`` does, for a model whose If branches folding breaks)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(output_path.resolve())
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "external_data.pb")
+    ort.InferenceSession(
+        str(model_path.resolve(strict=True)),
+        so,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=["ConstantFolding"],
+    )

@@ -111,6 +111,8 @@ def match_io(tfl_path, ref, req, probe):
         if d is None:
             raise SystemExit("the converted model has no tensor for input %r" % spec["name"])
         perms = input_perms(list(probe[spec["name"]].shape), [int(x) for x in d["shape"]])
+        if probe[spec["name"]].ndim == 0 and [int(x) for x in d["shape"]] == [1]:
+            perms = [[]]  # a 0-d input (a sample rate) that the converter made [1]: fed reshaped, not transposed
         if not perms:
             raise SystemExit(
                 "input %r: the converted model wants shape %s, the ONNX model %s (no layout change "
@@ -126,7 +128,7 @@ def match_io(tfl_path, ref, req, probe):
     best = None
     for combo in itertools.islice(itertools.product(*[p for _, _, p in ins]), 64):
         for (name, d, _), p in zip(ins, combo):
-            it.set_tensor(d["index"], quant_in(np.transpose(probe[name], p), d))
+            it.set_tensor(d["index"], np.reshape(quant_in(np.transpose(probe[name], p), d), d["shape"]))
         it.invoke()
         total, chosen = 0.0, []
         for name, d in outs:
@@ -380,17 +382,14 @@ def quantize(fp32, precision, io, req, out_path):
         )
         samples = []
         for i in range(n):
-            samples.append(
-                dict(
-                    (
-                        names[s["name"]],
-                        np.ascontiguousarray(
-                            np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
-                        ).astype(np.float32),
-                    )
-                    for s in io["inputs"]
+            feed = {}
+            for s in io["inputs"]:
+                a = np.ascontiguousarray(
+                    np.transpose(data[s["name"]][i], s["perm"]) if s["perm"] else data[s["name"]][i]
                 )
-            )
+                # float inputs calibrate as float32; int64 ids and bool masks are fed as they are (not quantized)
+                feed[names[s["name"]]] = a.astype(np.float32) if a.dtype.kind == "f" else a
+            samples.append(feed)
         t0 = time.time()
         log("  calibrating int8 on %d samples (ai-edge-quantizer, min/max)" % n)
         cal = qfull.calibrate({sig: samples}, num_threads=int(req.get("threads") or 1))

@@ -73,6 +73,44 @@ class Runner(object):
                 raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
 
 
+def fit_dtype(name, a, dtype, runtime):
+    """``a`` as the ``dtype`` a runtime's converted model takes (a numpy dtype or its name): int64 ids as int32,
+    a bool mask as int32/uint8, when no value changes; else RunnerError naming the input and what to do."""
+    import numpy as np
+
+    want = np.dtype(dtype)
+    if a.dtype == want:
+        return a
+    if a.dtype.kind in "iub" and want.kind in "iub":
+        info = np.iinfo(want) if want.kind != "b" else None
+        fits = a.size == 0 or (
+            bool(np.all((a == 0) | (a == 1))) if info is None else (a.min() >= info.min and a.max() <= info.max)
+        )
+        if fits:
+            return a.astype(want)
+    elif a.dtype.kind == "f" and want.kind == "f":
+        return a.astype(want)
+    raise RunnerError(
+        "input %r is %s, but the %s model takes %s and its values do not all fit: pass values that fit %s, "
+        "or choose another backend" % (name, a.dtype, runtime, want, want)
+    )
+
+
+def as_declared(outputs, manifest):
+    """Outputs in the dtypes the bundle declares, where the runtime computed them in another integer width
+    (int32 for int64, uint8 for bool): what a client gets does not depend on the backend."""
+    import numpy as np
+
+    declared = dict((o["name"], o.get("dtype")) for o in manifest.get("outputs") or [])
+    out = {}
+    for name, a in outputs.items():
+        want = declared.get(name)
+        if want and str(a.dtype) != want and a.dtype.kind in "iub" and np.dtype(want).kind in "iub":
+            a = a.astype(want) if np.dtype(want).kind != "b" else a != 0
+        out[name] = a
+    return out
+
+
 def int8_products_saturate():
     """True on an x86-64 CPU without VNNI, where ONNX Runtime's fused u8s8 int8 kernels (vpmaddubsw) saturate
     their 16-bit intermediate sums; ARM dot-product kernels and VNNI do not. Unknown (not Linux): False."""

@@ -8,7 +8,7 @@ transposes NCHW -> NHWC before feeding, so apps send what the source model took.
 
 import time
 
-from .base import Runner, RunnerFault, RuntimeMissing
+from .base import Runner, RunnerFault, RuntimeMissing, as_declared, fit_dtype
 
 
 class MindSporeLiteRunner(Runner):
@@ -71,6 +71,9 @@ class MindSporeLiteRunner(Runner):
             a = feeds[name]
             if nhwc and a.ndim == 4:
                 a = a.transpose(0, 2, 3, 1)
+            takes = str(tensor.dtype).rsplit(".", 1)[-1].lower()  # DataType.INT32: the converter narrows int64
+            if takes in ("int32", "int64", "float32", "float16", "uint8", "int8", "bool") and takes != str(a.dtype):
+                a = fit_dtype(name, a, takes, "MindSpore Lite")
             tensor.set_data_from_numpy(np.ascontiguousarray(a))
         outs = self.model.predict(self.inputs)
         result = {}
@@ -81,7 +84,7 @@ class MindSporeLiteRunner(Runner):
                 else (self.output_names[k] if k < len(self.output_names) else o.name)
             )
             result[name] = np.array(o.get_data_to_numpy(), copy=True)
-        return result
+        return as_declared(result, self.manifest)
 
     def describe(self):
         warnings = []

@@ -21,7 +21,7 @@ Python 3.7 syntax; MNN and numpy are imported lazily.
 
 import re
 
-from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
+from .base import Runner, RunnerError, RunnerFault, RuntimeMissing, as_declared
 from .quiet import CaptureStdout
 
 # MNNForwardType values (MNN/MNNForwardType.h). 13 is MNN_FORWARD_CPU_EXTENSION: the CPU backend
@@ -267,7 +267,7 @@ class MNNRunner(Runner):
         self.output_names = self.model.output_names
 
     def run(self, feeds):
-        return self.model.run(feeds)
+        return as_declared(self.model.run(feeds), self.manifest)  # MNN computes bool outputs as int32
 
     def describe(self):
         active = self.model.active

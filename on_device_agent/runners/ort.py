@@ -69,9 +69,20 @@ class OrtRunner(Runner):
         ort = self._ort()
         self.providers = self._providers(ort)
         t0 = time.perf_counter()
-        self.session = ort.InferenceSession(
-            self.model_path(), sess_options=self._session_options(ort), providers=self.providers
-        )
+        try:
+            self.session = ort.InferenceSession(
+                self.model_path(), sess_options=self._session_options(ort), providers=self.providers
+            )
+        except Exception as e:  # onnxruntime's Fail
+            if not constant_folding_failed(e):
+                raise
+            self.session = ort.InferenceSession(
+                self.model_path(),
+                sess_options=self._session_options(ort),
+                providers=self.providers,
+                disabled_optimizers=["ConstantFolding"],
+            )
+            self.folding_disabled = True
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.version = ort.__version__
@@ -98,6 +109,8 @@ class OrtRunner(Runner):
         opts = self.manifest.get("runner", {})
         if opts.get("graph_optimization") == "basic":
             info["graph_optimization"] = "basic (QDQ unfused: exact int8 arithmetic)"
+        if getattr(self, "folding_disabled", False):
+            info["graph_optimization"] = "constant folding disabled (it fails to type-check this model's If branches)"
         elif opts.get("int8_u8s8") and active[0] == CPU and int8_products_saturate():
             info["warnings"].append(SATURATION_WARNING)
         return info
@@ -111,6 +124,7 @@ class OrtRunner(Runner):
                 self.model_path(),
                 sess_options=self._session_options(ort, os.path.join(tmp, "p")),
                 providers=self.providers,
+                **({"disabled_optimizers": ["ConstantFolding"]} if getattr(self, "folding_disabled", False) else {}),
             )
             sess.run(None, feeds)
             path = sess.end_profiling()
@@ -132,3 +146,10 @@ class OrtRunner(Runner):
 
 
 RUNNER = OrtRunner
+
+
+def constant_folding_failed(error):
+    """True for ONNX Runtime's failure to type-check an ``If`` branch after constant folding it (a model with
+    fixed shapes whose branches give a tensor different ranks); the model loads with that optimizer disabled."""
+    text = str(error)
+    return "Graph attribute inferencing failed" in text and "If" in text

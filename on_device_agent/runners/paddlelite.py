@@ -132,7 +132,9 @@ class PaddleLiteRunner(Runner):
                 t.set_uint8_data(memoryview(a.reshape(-1)))
             else:
                 raise RunnerError(
-                    "input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8" % (name, a.dtype)
+                    "input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8 (its Python binding has no "
+                    "int64 or bool setter): export the model with int32 inputs, or choose another backend "
+                    "(ort, openvino, mnn, tflite and mindspore-lite take it)" % (name, a.dtype)
                 )
         self.predictor.run()
         return dict(

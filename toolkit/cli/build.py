@@ -47,6 +47,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a stateful model: OUTPUT feeds INPUT at the next step, e.g. state=stateN (repeatable); --calib/--val "
         "are then sequences (docs/STREAMS.md)",
     )
+    s.add_argument(
+        "--sample-axis",
+        action="append",
+        metavar="NAME=AXIS",
+        help="the axis of an .npz array that counts samples, when not the first (e.g. state=1; repeatable)",
+    )
+    s.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an input the data leaves out, the same for every sample (e.g. sr=16000; repeatable)",
+    )
     s.add_argument("--name", help="model name on the device (default: the model file's stem)")
     s.add_argument("--min-cosine", type=float, help="fidelity threshold: minimum cosine similarity")
     s.add_argument("--min-top1", type=float, help="fidelity threshold: minimum top-1 agreement (0-1)")
@@ -150,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
             preprocess=args.preprocess,
             input_shapes=args.input_shape,
             stream=args.stream,
+            sample_axes=args.sample_axis,
+            input_values=args.input_value,
             name=args.name,
             min_cosine=args.min_cosine,
             min_top1=args.min_top1,
@@ -193,6 +207,11 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         )
     if args.stream:
         raise EdgekitError("--auto does not build streams yet: build each backend with --stream without --auto")
+    if args.sample_axis or args.input_value:
+        raise EdgekitError(
+            "--sample-axis and --input-value are not taken by --auto: save the data as a folder of .npz files "
+            "(one sample each, docs/INPUTS.md), or build one configuration without --auto"
+        )
     if args.backend is not None:
         raise EdgekitError("--auto tries every backend the profile runs: use --backends B1,B2 instead of --backend")
     if args.allow_degraded:

@@ -3,7 +3,8 @@
     b"EKT1" | uint32 little-endian header length | header (UTF-8 JSON) | payload
 
 The header is ``{"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}], ...}``;
-offsets count from the start of the payload; data is C-order, little-endian. Any other
+offsets count from the start of the payload; data is C-order, little-endian. Every dtype of ``DTYPES``
+travels (int64 token ids, bool masks, uint8 bytes), and a 0-d tensor has the shape ``[]``. Any other
 keys in the header (timings, for example) travel as metadata.
 """
 
@@ -29,10 +30,10 @@ def encode_tensors(tensors, meta=None):
 
     entries, chunks, offset = [], [], 0
     for name, array in tensors.items():
-        a = np.ascontiguousarray(array)
+        a = np.asarray(array)  # np.ascontiguousarray would turn a 0-d tensor into shape [1]
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
-        data = a.tobytes()
+        data = a.tobytes(order="C")
         entries.append(
             {"name": name, "dtype": str(a.dtype), "shape": list(a.shape), "offset": offset, "nbytes": len(data)}
         )
