@@ -1,0 +1,75 @@
+"""Silero VAD (benchmarks/zoo) as a stream: real speech from espeak-ng, built with --stream and --task vad, served with
+sessions and compared with the sequence run by hand in ONNX Runtime."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgekit
+
+ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo"
+TEXTS = ["Shipping models to small devices is easy.", "Hello there. How are you today?"]
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def vad(tmp_path_factory):
+    """The model file and a folder of two speech sequences (``input`` [T, 1, 576], ``sr`` 16000)."""
+    sys.path.insert(0, str(ZOO))
+    import data  # noqa: PLC0415
+    import fetch  # noqa: PLC0415
+
+    try:
+        model = fetch.fetch_all(fetch.zoo_dir(), ["silero_vad"])["silero_vad"]
+    except fetch.FetchError as exc:
+        pytest.fail(f"cannot fetch silero_vad: {exc}")
+    d = tmp_path_factory.mktemp("vad")
+    (d / "speech").mkdir()
+    chunks = []
+    for k, text in enumerate(TEXTS):
+        c = data.vad_chunks(data.speech(text))[:, None, :]
+        np.savez(d / "speech" / f"s{k}.npz", input=c, sr=np.array(16000, np.int64))
+        chunks.append(c)
+    return model, d, chunks
+
+
+def _by_hand(model, chunks):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    state, probs = np.zeros((2, 1, 128), np.float32), []
+    for c in chunks:
+        p, state = sess.run(["output", "stateN"], {"input": c, "state": state, "sr": np.array(16000, np.int64)})
+        probs.append(p)
+    return np.concatenate(probs)
+
+
+def test_silero_vad_streams_with_its_state(vad, agent_roots):
+    from edgekit.deployer import deploy, open_device
+
+    model, d, chunks = vad
+    report = edgekit.build(
+        model, "host", d / "bundle", backend="ort", precision="fp32", calib=d / "speech",
+        stream={"state": "stateN"}, task="vad", name="silero_vad",
+        input_shapes={"input": [1, 576], "state": [2, 1, 128]},
+    )  # fmt: skip
+    step = report["fidelity"]["steps"][-1]
+    assert step["task"]["family"] == "vad" and step["task"]["metrics"]["frame_agreement"] == 1.0
+    assert 0.2 < step["task"]["metrics"]["speech_frames_reference"] < 0.9  # speech and the silence around it
+    assert step["stream"]["state_drift"]["state"]["max_abs_error_at_end"] < 1e-3
+
+    expected = _by_hand(model, chunks[0])
+    dev = open_device("local", device_root=str(agent_roots("dev")))
+    try:
+        deploy(d / "bundle", dev, bench=False)
+        with dev.client.stream("silero_vad") as s:
+            got = np.concatenate([s.step({"input": c, "sr": np.array(16000, np.int64)})["output"] for c in chunks[0]])
+    finally:
+        dev.close()
+    assert np.allclose(got, expected, atol=1e-4)
+    assert np.mean((got > 0.5) == (expected > 0.5)) == 1.0
