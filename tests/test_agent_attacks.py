@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 from harness import stop_agent
+from harness.agents import options_it_takes
 
 from edgekit import agent_package
 from edgekit_sdk import AgentClient, AgentHTTPError
@@ -36,6 +37,7 @@ def agent(tmp_path_factory, tiny_bundle):
     pyz = root / "agent" / "edgekit-agent.pyz"
     shutil.copy(built, pyz)  # where a deploy puts it: the deploy below keeps this agent and its options
     extra = ["--max-connections", str(CAP), "--header-timeout", str(HEADER_TIMEOUT), "--flush-interval", "0.05"]
+    extra = options_it_takes(sys.executable, pyz, extra)  # all of them, but for an older agent under attack
     p = subprocess.run(
         [sys.executable, str(pyz), "start", "--root", str(root), *extra], capture_output=True, timeout=60
     )
