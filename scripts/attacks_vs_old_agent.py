@@ -87,7 +87,7 @@ ROWS = [
         [KNOB + "load-body2]", KNOB + "bench-body5]", KNOB + "bench-body6]", KNOB + "infer-body7]"],
     ),
 ]
-HOST = "not run: host code (edgekit's ssh transport, bundle loader), not the agent"
+HOST = "host code (edgekit's ssh transport, bundle loader), not the agent"
 
 
 def outcomes(xml: Path) -> dict[str, tuple[str, str]]:
@@ -176,7 +176,8 @@ def main() -> int:
         t0 = time.monotonic()
         files = sorted({t.split("::")[0] for t in tests})
         print(f"new agent: {' '.join(files)}", flush=True)
-        pytest(tests, work / "new.xml", work / "new", env, 1800)
+        # the files as the suite runs them (in their order: the last attack test stops its module's agent)
+        pytest(files + (["-k", args.only] if args.only else []), work / "new.xml", work / "new", env, 1800)
         if (work / "new.xml").exists():
             new = outcomes(work / "new.xml")
         print(f"  {time.monotonic() - t0:.0f} s", flush=True)
