@@ -152,7 +152,9 @@ class Store(Uploads):
     def _plain(self, directory, manifest, entry, out=None):
         """Check one file; a sealed one is decrypted, and its plain bytes written to ``out`` when given."""
         p = os.path.join(directory, entry["name"])
-        what = "model file %s of version %s" % (entry["name"], manifest.get("id") or os.path.basename(directory))
+        version = manifest.get("id") or os.path.basename(directory)
+        model = manifest.get("name")
+        what = "model file %s of %s" % (entry["name"], ("%s " % model if model else "") + "version " + version)
         damaged = StoreError(
             "%s is damaged on the device (it no longer matches the sha256 it was installed with); it was not "
             "loaded. Deploy the version again, or roll back" % what,
