@@ -212,5 +212,7 @@ def test_the_cli_starts_and_deploys_with_a_key(tmp_path, tiny_bundle, agent_root
     assert read(version_dir, manifest["model"])[:8] == b"EKSEAL01"
     again = one_json(run_cli("agent", "start", *where, "--encrypt-key", other, "--json", check=0).stdout)
     assert again["encrypt"]["key_id"] != state["encrypt"]["key_id"] and again["pid"] != state["pid"]
+    text = run_cli("agent", "status", *where, check=0).stdout
+    assert f"AES-256-GCM, key {other} (id {again['encrypt']['key_id']})" in text and "encrypted at rest" in text
     p = run_cli("agent", "status", *where, "--encrypt-key", key, check=1)
     assert "--encrypt-key is given to `edgekit agent start`" in p.stderr
