@@ -2,12 +2,14 @@
 
     .venv/bin/python scripts/attacks_vs_old_agent.py [--old COMMIT] [--only NAME] [--markdown FILE]
 
-The old agent (``on_device_agent/`` and the SDK it carries, from ``git archive COMMIT``) goes into a
-temporary directory; ``EDGEKIT_AGENT_TREE`` makes every zipapp the tests build and deploy come from there
-(``edgekit.agent_package``), and the tests' harness drops serve options that agent does not have
-(``harness.agents.options_it_takes``). Each test runs alone against the old agent, in its own pytest with its
-own agent (one attack's damage must not fail the next test), under a 6 GB address-space limit and a time
-limit; whatever it leaves running is ended. Against this agent the test files run once, as the suite does.
+Exits 0 when every attack has a test that fails on the old agent (host-side ones are not run against it)
+and every test passes on this one. The old agent (``on_device_agent/`` and the SDK it carries, from ``git
+archive COMMIT``) goes into a temporary directory; ``EDGEKIT_AGENT_TREE`` makes every zipapp the tests build
+and deploy come from there (``edgekit.agent_package``), and the tests' harness drops serve options that agent
+does not have (``harness.agents.options_it_takes``). Each test runs alone against the old agent, in its own
+pytest with its own agent (one attack's damage must not fail the next test), under a 6 GB address-space
+limit and a time limit; whatever it leaves running is ended. Against this agent the test files run once, as
+the suite does.
 Prints one row per attack of the hardening issue: its tests, and old: FAIL/pass, new: pass/FAIL.
 """
 
@@ -215,7 +217,16 @@ def main() -> int:
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")
-    bad = [t for t in tests if result(new, t)[0] != "pass" or old.get(t, ("?", ""))[0] == "pass"]
+    # Done when every attack has a test that fails on the old agent, and every test passes on this one.
+    bad = [t for t in tests if result(new, t)[0] != "pass"]
+    for attack, ts in ROWS:
+        if attack.startswith("("):
+            continue  # not an attack of the issue's table: shown for what it tells
+        ran = [t for t in ts if t in tests and old.get(t, ("?", ""))[0] not in ("not run", "n/a")]
+        if ran and not any(old[t][0] in ("FAIL", "ERROR") for t in ran):
+            bad.append(attack)
+    if bad:
+        print("not answered: " + ", ".join(bad))
     return 1 if bad else 0
 
 
