@@ -32,6 +32,13 @@ def main(argv=None):
         s.add_argument("--host", default="127.0.0.1", help="listen address (default loopback; others need a token)")
         s.add_argument("--port", type=int, default=0, help="0 picks a free port")
         s.add_argument("--token-file", help="file holding the bearer token (or set EDGEKIT_AGENT_TOKEN)")
+        s.add_argument(
+            "--encrypt-key",
+            metavar="FILE|keyring:NAME",
+            help="encrypt model files at rest (AES-256-GCM; needs the 'cryptography' package) with the 32-byte key "
+            "in FILE (mode 600, owned by the agent's user) or the kernel keyring's user key NAME; remembered in "
+            "ROOT/agent/config.json",
+        )
         s.add_argument("--no-telemetry", action="store_true", help="do not record served requests")
         s.add_argument("--flush-interval", type=float, default=0.2, help="seconds between telemetry writes")
         s.add_argument(
@@ -127,6 +134,9 @@ def main(argv=None):
         p.error("--batch-window-ms must be from 0 to 1000 and --max-batch from 1 to 256")
     if args.cmd in ("serve", "start") and not (args.max_sessions >= 1 and args.session_ttl > 0):
         p.error("--max-sessions must be at least 1 and --session-ttl more than 0 seconds")
+    sealer = None
+    if args.cmd in ("serve", "start"):
+        sealer = _sealer(args)
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -148,6 +158,7 @@ def main(argv=None):
             max_batch=args.max_batch,
             max_sessions=args.max_sessions,
             session_ttl_s=args.session_ttl,
+            sealer=sealer,
         )
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
@@ -163,6 +174,7 @@ def main(argv=None):
             "auth": not server.service.open_reads,
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
+            "encrypt": sealer.describe() if sealer else None,
         }
 
         def on_term(signum, frame):
@@ -175,7 +187,13 @@ def main(argv=None):
         sys.stderr.flush()
         import threading
 
-        restore = threading.Thread(target=server.service.restore, name="restore-models")
+        def restore():
+            sealed = server.service.store.seal_existing()  # versions installed before the key (and their copies)
+            if sealed:
+                sys.stderr.write("encrypted at rest: %s\n" % ", ".join(sealed))
+            server.service.restore()
+
+        restore = threading.Thread(target=restore, name="restore-models")
         restore.daemon = True
         restore.start()
         try:
@@ -213,13 +231,30 @@ def main(argv=None):
                 "--session-ttl",
                 str(args.session_ttl),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
-            result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra)
+            key = sealer.source if sealer else None
+            extra += ["--encrypt-key", key] if key else []
+            result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra, encrypt_key=key)
         else:
             result = getattr(daemon, args.cmd)(args.root)
         print(json.dumps(result))
         return 0
     p.print_help()
     return 2
+
+
+def _sealer(args):
+    """The at-rest key (``--encrypt-key``, else the remembered one), checked before anything runs; exit 2 if bad."""
+    from . import atrest
+
+    spec = atrest.key_spec(args.root, args.encrypt_key)
+    try:
+        sealer = atrest.load_key(spec)
+    except atrest.KeyProblem as e:
+        sys.stderr.write("edgekit-agent: error: %s\n" % e)
+        raise SystemExit(2) from None
+    if sealer is not None:
+        atrest.remember(args.root, sealer.source)
+    return sealer
 
 
 def _breaker(parser, spec, spec_out=False):

@@ -226,11 +226,12 @@ def stop(root, timeout=10.0):
     return {"stopped": True, "pid": pid, "supervisor_pid": sup, "forced": forced}
 
 
-def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=()):
+def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(), encrypt_key=None):
     current = status(root)
     if current.get("running"):
         same_code = current.get("zip_sha256") == own_zip_sha256() and current.get("version") == __version__
-        if same_code and current.get("host") == host and (not port or current.get("port") == port):
+        same_key = (current.get("encrypt") or {}).get("key") == encrypt_key
+        if same_code and same_key and current.get("host") == host and (not port or current.get("port") == port):
             current["started"] = False
             return current
         stop(root)

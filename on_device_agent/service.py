@@ -23,7 +23,7 @@ from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
 from .serving import OUTCOMES, Serving
 from .sessions import MAX_SESSIONS, TTL_S, SessionTable
-from .store import Store, StoreError, check_name
+from .store import Store, StoreError, check_name, uncached
 from .telemetry import Recorder
 from .traffic import TrafficSplit
 
@@ -57,8 +57,9 @@ class AgentService(Serving):
         max_batch=8,
         max_sessions=MAX_SESSIONS,
         session_ttl_s=TTL_S,
+        sealer=None,
     ):
-        self.store = Store(root)
+        self.store = Store(root, sealer)  # sealer: model files encrypted at rest (atrest.Sealer)
         self.sessions = SessionTable(max_sessions, session_ttl_s)  # streams' state per session
         self.max_queue = max_queue
         self.batch_window_ms, self.max_batch = batch_window_ms, max_batch
@@ -182,20 +183,22 @@ class AgentService(Serving):
             version, bundle_dir, manifest = self.store.current(name)
         else:
             bundle_dir, manifest = self.store.version(name, version)
-        self.store.verify_files(bundle_dir, manifest)  # damage since the install is found before it serves
-        runner_cls = runners.get(manifest["backend"])
-        runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
-        runner.load()
         warmup = self.warmup_on_load if warmup is None else warmup
-        t0 = time.perf_counter()
-        if warmup > 0:
-            from .bench import load_inputs
+        # Damage since the install is found before it serves; sealed files are decrypted for the load only.
+        with self.store.opened(bundle_dir, manifest) as plain_dir:
+            runner_cls = runners.get(manifest["backend"])
+            runner_manifest = manifest if plain_dir == bundle_dir else uncached(manifest)
+            runner = runner_cls(plain_dir, runner_manifest, threads=threads, providers=providers)
+            runner.load()
+            t0 = time.perf_counter()
+            if warmup > 0:
+                from .bench import load_inputs
 
-            feeds, _ = load_inputs(bundle_dir, manifest)
-            for _ in range(warmup):
-                runner.run(feeds)
-                if time.perf_counter() - t0 > MAX_WARMUP_S:
-                    break
+                feeds, _ = load_inputs(plain_dir, manifest)
+                for _ in range(warmup):
+                    runner.run(feeds)
+                    if time.perf_counter() - t0 > MAX_WARMUP_S:
+                        break
         model = LoadedModel(name, version, runner)
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
@@ -306,9 +309,9 @@ class AgentService(Serving):
         threads, providers, warmup, runs, timeout = check_knobs(threads, providers, warmup, runs, timeout)
         runs, warmup, timeout = 100 if runs is None else runs, warmup or 0, 600.0 if timeout is None else timeout
         version, bundle_dir, manifest = self.store.current(check_name("model name", name))
-        self.store.verify_files(bundle_dir, manifest)
         try:
-            report = one_shot_bench(bundle_dir, runs, warmup, threads, providers, timeout)
+            with self.store.opened(bundle_dir, manifest) as plain_dir:
+                report = one_shot_bench(plain_dir, runs, warmup, threads, providers, timeout)
         except AgentError as e:
             raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e)) from None
         report["version"] = version

@@ -9,12 +9,16 @@ previous version, and the next upload of the same version resumes (files already
 received and verified are not sent again).
 """
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
+from . import atrest
 from .storefiles import (  # noqa: F401  (re-exported: the store's API)
     KEEP_VERSIONS,
     NAME_RE,
@@ -28,9 +32,15 @@ from .storefiles import (  # noqa: F401  (re-exported: the store's API)
 from .uploads import Uploads
 
 
+def uncached(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """The manifest a runtime gets for decrypted files: no compiled-model cache (it would keep a plain copy)."""
+    return dict(manifest, runner=dict(manifest.get("runner") or {}, model_cache=False))
+
+
 class Store(Uploads):
-    def __init__(self, root):
+    def __init__(self, root, sealer=None):
         self.root = os.path.abspath(os.path.expanduser(root))
+        self.sealer = sealer  # an atrest.Sealer: installed files are encrypted at rest
         self.models_dir = os.path.join(self.root, "models")
         if not os.path.isdir(self.models_dir):
             os.makedirs(self.models_dir)
@@ -133,18 +143,107 @@ class Store(Uploads):
         """The model is installed (checked before a lock or a record is made for the name)."""
         return os.path.islink(os.path.join(self._model_dir(name), "current"))
 
-    @staticmethod
-    def verify_files(directory: str, manifest: Dict[str, Any]) -> None:
-        """Every file of an installed version still matches its manifest's size and sha256."""
+    def verify_files(self, directory: str, manifest: Dict[str, Any]) -> None:
+        """Every file of an installed version still matches its manifest's size and sha256 (sealed files
+        are decrypted in memory to be checked)."""
+        for entry in manifest["files"]:
+            self._plain(directory, manifest, entry)
+
+    def _plain(self, directory, manifest, entry, out=None):
+        """Check one file; a sealed one is decrypted, and its plain bytes written to ``out`` when given."""
+        p = os.path.join(directory, entry["name"])
+        version = manifest.get("id") or os.path.basename(directory)
+        model = manifest.get("name")
+        what = "model file %s of %s" % (entry["name"], ("%s " % model if model else "") + "version " + version)
+        damaged = StoreError(
+            "%s is damaged on the device (it no longer matches the sha256 it was installed with); it was not "
+            "loaded. Deploy the version again, or roll back" % what,
+            409,
+        )
+        if not regular(p):
+            raise damaged
+        if not atrest.sealed(p):
+            if os.path.getsize(p) != entry["size"] or sha256_file(p) != entry["sha256"]:
+                raise damaged
+            if out is not None:
+                shutil.copyfile(p, out)
+            return
+        if self.sealer is None:
+            raise StoreError(
+                "%s is encrypted at rest and this agent has no key: start it with --encrypt-key FILE (or "
+                "keyring:NAME), the key it was installed with; the agent keeps serving its other models" % what,
+                409,
+            )
+        with open(p, "rb") as f:
+            data = f.read()
+        try:
+            plain = self.sealer.open_bytes(data, entry["name"])
+        except atrest.WrongKey as e:
+            raise StoreError(
+                "%s was encrypted with another key (key id %s; this agent's key %s is %s): start the agent with "
+                "the key it was installed with, or deploy the version again"
+                % (what, e.key_id, self.sealer.source, self.sealer.key_id),
+                409,
+            ) from None
+        except ValueError:
+            raise damaged from None
+        if len(plain) != entry["size"] or hashlib.sha256(plain).hexdigest() != entry["sha256"]:
+            raise damaged
+        if out is not None:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(plain)
+
+    @contextlib.contextmanager
+    def opened(self, directory: str, manifest: Dict[str, Any]) -> Iterator[str]:
+        """A directory with the version's plain files, each checked against its sha256 on the way.
+
+        A version with no sealed file is its own directory. Otherwise the files are decrypted into a private
+        temporary directory (mode 700; in ``/dev/shm``, memory, where there is one), which is removed when the
+        block ends: runtimes load from a path, and once a model is loaded they hold it in memory.
+        """
+        names = [e["name"] for e in manifest["files"]]
+        if not any(atrest.sealed(os.path.join(directory, n)) for n in names):
+            self.verify_files(directory, manifest)
+            yield directory
+            return
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        plain_dir = tempfile.mkdtemp(prefix="edgekit-model-", dir=shm)
+        try:
+            for entry in manifest["files"]:
+                self._plain(directory, manifest, entry, out=os.path.join(plain_dir, entry["name"]))
+            with open(os.path.join(plain_dir, "manifest.json"), "w") as f:
+                json.dump(uncached(manifest), f)
+            yield plain_dir
+        finally:
+            shutil.rmtree(plain_dir, ignore_errors=True)
+
+    def seal(self, directory: str, manifest: Dict[str, Any]) -> None:
+        """Encrypt every plain file of a version in place (no-op without a key)."""
+        if self.sealer is None:
+            return
         for entry in manifest["files"]:
             p = os.path.join(directory, entry["name"])
-            if not regular(p) or os.path.getsize(p) != entry["size"] or sha256_file(p) != entry["sha256"]:
-                raise StoreError(
-                    "model file %s of version %s is damaged on the device (it no longer matches the sha256 "
-                    "it was installed with); it was not loaded. Deploy the version again, or roll back"
-                    % (entry["name"], manifest.get("id") or os.path.basename(directory)),
-                    409,
-                )
+            if regular(p) and not atrest.sealed(p):
+                self.sealer.seal_file(p, entry["name"])
+        fsync_dir(directory)
+
+    def seal_existing(self) -> List[str]:
+        """Encrypt the versions installed before the agent had a key (rollback copies included)."""
+        done = []  # type: List[str]
+        if self.sealer is None:
+            return done
+        with self._lock:
+            for name in self.names():
+                for version in self.versions(name):
+                    try:
+                        d, manifest = self.version(name, version)
+                        self.verify_files(d, manifest)  # damage is not sealed in: a redeploy repairs it
+                    except StoreError:
+                        continue
+                    self.seal(d, manifest)
+                    done.append("%s/%s" % (name, version))
+        return done
 
     def remove(self, name):
         """Delete a model and every version kept of it (its directory is moved aside, then removed)."""

@@ -242,6 +242,7 @@ class Uploads(object):
                         )
                 if verify is not None:
                     verify(staging, manifest)
+                self.seal(staging, manifest)  # encrypted at rest (with a key) once checked and loadable
                 if not os.path.isdir(os.path.dirname(final)):
                     os.makedirs(os.path.dirname(final))
                 fsync_dir(staging)

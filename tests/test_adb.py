@@ -228,6 +228,25 @@ CUT_SCRIPT = textwrap.dedent("""
             os.kill(pid, signal.SIGKILL)  # halfway through the first file
             killed.append([done, total])
 
+    def adb_sockets(port):
+        # this process's open TCP connections to the adb server
+        mine = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink("/proc/self/fd/" + fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                mine.add(target[8:-1])
+        n = 0
+        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+            with open(table) as f:
+                for line in list(f)[1:]:
+                    cols = line.split()
+                    if int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in mine:
+                        n += 1
+        return n
+
     with open_device("adb", serial, device_python=sys.executable, device_root=root) as dev:
         try:
             if what == "put_file":
@@ -237,7 +256,13 @@ CUT_SCRIPT = textwrap.dedent("""
                 deploy(path, dev, bench=False, progress=cut)
             print(json.dumps({"error": None, "killed": killed}))
         except TransportError as e:
-            print(json.dumps({"error": str(e), "killed": killed}))
+            kept = [e]  # errors are kept (a CLI's, a fleet row's): what they reference must not hold sockets
+            try:
+                dev.transport.run(["true"])  # the device is gone: refused by the adb server
+            except TransportError as again:
+                kept.append(again)
+            sockets = adb_sockets(dev.transport.port)
+            print(json.dumps({"error": str(e), "killed": killed, "adb_sockets": sockets, "after": str(kept[-1])}))
 """)
 
 
@@ -251,6 +276,7 @@ def test_connection_cut_mid_push_keeps_the_previous_version_and_resumes(lab, pho
         p = lab.run([sys.executable, script, phone.serial, phone.proc.pid, ROOT, what, path], check=0)
         r = json.loads(p.stdout.strip().splitlines()[-1])
         assert r["error"] and 0 < r["killed"][0][0] < r["killed"][0][1], r  # cut in the middle
+        assert r["adb_sockets"] == 0, r  # the connections refused after the cut were closed
         return r
 
     v1 = json.loads(

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 from harness import stop_agent
+from harness.agents import options_it_takes
 
 from edgekit import agent_package
 from edgekit_sdk import AgentClient, AgentHTTPError
@@ -36,6 +37,7 @@ def agent(tmp_path_factory, tiny_bundle):
     pyz = root / "agent" / "edgekit-agent.pyz"
     shutil.copy(built, pyz)  # where a deploy puts it: the deploy below keeps this agent and its options
     extra = ["--max-connections", str(CAP), "--header-timeout", str(HEADER_TIMEOUT), "--flush-interval", "0.05"]
+    extra = options_it_takes(sys.executable, pyz, extra)  # all of them, but for an older agent under attack
     p = subprocess.run(
         [sys.executable, str(pyz), "start", "--root", str(root), *extra], capture_output=True, timeout=60
     )
@@ -55,6 +57,12 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     raise AssertionError("no VmRSS")
+
+
+def peak_mb(pid):
+    """The process's peak resident set (VmHWM): what an attack made it hold at once, even if freed since."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM:")).split()[1]) / 1024.0
 
 
 def threads(pid):
@@ -121,7 +129,7 @@ def test_half_open_connections_are_capped_and_timed_out(agent):
 
 def test_header_flood_is_bounded_before_authentication(agent):
     pid = agent.state["pid"]
-    before = rss_mb(pid)
+    before, peak_before = rss_mb(pid), peak_mb(pid)
 
     def flood():
         with socket.create_connection(("127.0.0.1", agent.state["port"]), timeout=10) as s:
@@ -142,13 +150,14 @@ def test_header_flood_is_bounded_before_authentication(agent):
         w.start()
     for w in workers:
         w.join(30)
+    assert peak_mb(pid) - peak_before < 40, f"peak RSS grew {peak_mb(pid) - peak_before:.0f} MB during the flood"
     assert all(o == b"" or b" 431 " in o.split(b"\r\n")[0] for o in out), out[:3]
     assert rss_mb(pid) - before < 40, f"RSS grew {rss_mb(pid) - before:.0f} MB"
 
 
 def test_tensor_entries_cannot_multiply_one_payload(agent):
     pid = agent.state["pid"]
-    before = rss_mb(pid)
+    before, peak_before = rss_mb(pid), peak_mb(pid)
     payload = b"\0" * (1 << 20)
     entries = [
         {"name": f"t{i}", "dtype": "float32", "shape": [1 << 18], "offset": 0, "nbytes": 1 << 20} for i in range(1000)
@@ -158,6 +167,7 @@ def test_tensor_entries_cannot_multiply_one_payload(agent):
     status, answer = request(
         agent, "POST", "/v1/models/tiny/infer", body, {"Content-Type": "application/x-edgekit-tensors"}
     )
+    assert peak_mb(pid) - peak_before < 50, f"peak RSS grew {peak_mb(pid) - peak_before:.0f} MB for a 1 MB request"
     assert status == 400 and "more than" in answer["error"]
     assert rss_mb(pid) - before < 50
 
@@ -167,8 +177,6 @@ def test_invalid_names_reach_neither_telemetry_nor_locks(agent):
     before_rss = rss_mb(pid)
     db = os.path.join(agent.root, "telemetry", "records.db")
     before_db = os.path.getsize(db)
-    long_name = "n" * 60000
-    assert request(agent, "POST", f"/v1/models/{long_name}/infer", b'{"inputs": {}}')[0] == 414
     for i in range(2000):
         bad = f"bad%20name-{i}-" + "x" * 150
         assert request(agent, "DELETE", f"/v1/models/{bad}")[0] == 400
@@ -180,6 +188,8 @@ def test_invalid_names_reach_neither_telemetry_nor_locks(agent):
     assert {r[2] for r in rows if r[11] in ("bad_request", "unknown_model")} <= {"(unknown)", "tiny"}
     assert os.path.getsize(db) - before_db < 4 << 20
     assert rss_mb(pid) - before_rss < 30
+    long_name = "n" * 60000
+    assert request(agent, "POST", f"/v1/models/{long_name}/infer", b'{"inputs": {}}')[0] == 414
 
 
 def test_browser_requests_are_refused(agent):

@@ -164,3 +164,25 @@ def test_forward_stops_listening_on_close(sshd):
         assert not [th.name for th in threading.enumerate() if th.name == f"ssh-forward-{host_port}"]
     finally:
         server.close()
+
+
+def test_a_command_past_its_timeout_says_so(sshd):
+    """paramiko raises a channel timeout without a message: the error still says what happened."""
+    from edgekit.transports import connect
+
+    t = connect("ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", key_file=sshd.client_key, known_hosts=sshd.known_hosts)
+    with t:
+        with pytest.raises(TransportError) as e:
+            t.run(["sleep", "30"], timeout=1)
+    assert str(e.value).endswith(": sleep timed out: no answer within 1 s"), str(e.value)
+
+
+def test_timeout_reasons_are_never_empty():
+    import socket
+
+    from edgekit.transports.ssh import reason
+
+    assert reason(socket.timeout(), 15) == "timed out: no answer within 15 s"
+    assert reason(TimeoutError("timed out")) == "timed out: no answer"
+    assert reason(EOFError()) == "the connection was closed by the device"
+    assert reason(OSError()) == "OSError"

@@ -2,6 +2,10 @@
 
 The zip is deterministic (sorted entries, fixed timestamps), so its sha256 only
 changes when the agent's code does, and a deploy skips re-uploading an unchanged agent.
+
+``EDGEKIT_AGENT_TREE=DIR`` builds it from another edgekit checkout instead (its ``on_device_agent/`` and
+``sdk_bindings/python/edgekit_sdk/``): ``scripts/attacks_vs_old_agent.py`` runs the attack tests against an
+older agent this way.
 """
 
 import hashlib
@@ -11,8 +15,11 @@ import threading
 import zipfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 PACKAGES = ("edgekit_agent", "edgekit_sdk")
+TREE_ENV = "EDGEKIT_AGENT_TREE"
+TREE_DIRS = {"edgekit_agent": "on_device_agent", "edgekit_sdk": "sdk_bindings/python/edgekit_sdk"}
 MAIN = (
     "import sys\n"
     "if sys.version_info < (3, 7):\n"
@@ -23,8 +30,19 @@ MAIN = (
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 
+def _source(package: str) -> Any:
+    """The package's directory: installed, or in the checkout ``EDGEKIT_AGENT_TREE`` names."""
+    tree = os.environ.get(TREE_ENV)
+    if not tree:
+        return resources.files(package)
+    path = Path(tree) / TREE_DIRS[package]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{TREE_ENV}={tree}: no {TREE_DIRS[package]}/ there (an edgekit checkout has one)")
+    return path
+
+
 def _files(package):
-    root = resources.files(package)
+    root = _source(package)
     stack = [(root, package)]
     while stack:
         node, prefix = stack.pop()

@@ -60,8 +60,12 @@ class Device:
         python: str = "python3",
         root: str = DEFAULT_REMOTE_ROOT,
         hooks: Hooks | None = None,
+        encrypt_key: str | None = None,
     ) -> None:
         self.transport = transport
+        # On the device: a key file (mode 600) or keyring:NAME; the agent encrypts model files at rest with it
+        # and remembers it, so later starts without it keep encrypting.
+        self.encrypt_key = encrypt_key
         self.python = python
         self.root = root
         self.hooks: Hooks = {"step": list((hooks or {}).get("step", []))}
@@ -100,8 +104,9 @@ class Device:
         """The agent zipapp's path on the device."""
         return f"{self.root}/{AGENT_FILE}"
 
-    def _agent(self, action: str, timeout: float) -> Any:
-        return self.transport.run([self.python, self.agent_path, action, "--root", self.root], timeout=timeout)
+    def _agent(self, action: str, timeout: float, *extra: str) -> Any:
+        argv = [self.python, self.agent_path, action, "--root", self.root, *extra]
+        return self.transport.run(argv, timeout=timeout)
 
     # -- lifecycle --------------------------------------------------------------
     def probe(self) -> dict[str, Any]:
@@ -145,7 +150,7 @@ class Device:
                     "installing the agent",
                     f"{remote} has sha256 {r.stdout.strip() or '?'} after upload, expected {digest}",
                 )
-        r = self._agent("start", timeout=90)
+        r = self._agent("start", 90, *(["--encrypt-key", self.encrypt_key] if self.encrypt_key else []))
         if not r.ok:
             self.fail("starting the agent", (r.stderr or r.stdout).strip()[-800:])
         self.state = json.loads(r.stdout.strip().splitlines()[-1])
@@ -269,9 +274,13 @@ def open_device(
     device_root: str | None = None,
     backend: str | None = None,
     hooks: Hooks | None = None,
+    encrypt_key: str | None = None,
     **options: Any,
 ) -> Device:
-    """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory."""
+    """Connect to a device; ``profile`` supplies the defaults for its Python and agent directory.
+
+    ``encrypt_key``: a key file (mode 600) or ``keyring:NAME`` on the device; the agent this device starts
+    encrypts model files at rest with it (and keeps doing so on later starts)."""
     prof = profile if isinstance(profile, profiles.Profile) or profile is None else profiles.load(profile)
     if prof is not None and prof.build_only:
         raise TransportError(
@@ -282,7 +291,7 @@ def open_device(
     python, root = device_paths(cls, prof, device_python, device_root, backend)
     if cls.wants_python:
         options.setdefault("python", python)
-    device = Device(connect(kind, target, **options), python=python, root=root, hooks=hooks)
+    device = Device(connect(kind, target, **options), python=python, root=root, hooks=hooks, encrypt_key=encrypt_key)
     return device
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import EdgekitError
 from . import render
-from .options import backend_agent_option, device_options, device_target, open_device
+from .options import backend_agent_option, device_options, device_target, encrypt_key_option, open_device
 from .output import emit
 
 
@@ -14,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("action", choices=["start", "stop", "status"])
     device_options(s)
     backend_agent_option(s)
+    encrypt_key_option(s)
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run_agent)
 
@@ -34,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    if args.encrypt_key and args.action != "start":
+        raise EdgekitError("--encrypt-key is given to `edgekit agent start` (or deploy), not to " + args.action)
     with open_device(args, backend=args.backend) as dev:
         action = {"start": dev.start_agent, "stop": dev.stop_agent, "status": dev.agent_status}[args.action]
         result = action()

@@ -11,6 +11,7 @@ from .options import (
     bench_options,
     check_transport_flags,
     device_options,
+    encrypt_key_option,
     fleet_options,
     open_device,
     per_device_flags_in_fleet,
@@ -23,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("bundle", help="bundle directory (edgekit build ... -o DIR)")
     fleet_options(s, device_options(s))
     bench_options(s)
+    encrypt_key_option(s)
     s.set_defaults(func=run_deploy)
 
     s = sub.add_parser("bench", help="benchmark a bundle already deployed on a device")
@@ -88,6 +90,11 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
 
 def run_deploy(args: argparse.Namespace) -> int:
     devices = many_devices(args)
+    if devices is not None and args.encrypt_key:
+        raise EdgekitError(
+            "--encrypt-key applies to one device: run `edgekit agent start --encrypt-key FILE` on each device "
+            "(the agent remembers it), then deploy to the fleet"
+        )
     if devices is not None:
         return run_fleet(args, "deploy", devices)
     from .. import bundle as bundle_mod

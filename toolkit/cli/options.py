@@ -81,6 +81,16 @@ def backend_agent_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def encrypt_key_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--encrypt-key",
+        metavar="FILE|keyring:NAME",
+        help="encrypt model files at rest on the device with the 32-byte key in FILE there (mode 600, owned by the "
+        "agent's user) or its kernel keyring's user key NAME; the agent needs the 'cryptography' package and "
+        "remembers the key",
+    )
+
+
 def fleet_options(p: argparse.ArgumentParser, where: argparse._MutuallyExclusiveGroup) -> None:
     where.add_argument("--fleet", metavar="INVENTORY.toml", help="every device in a fleet inventory, in parallel")
     p.add_argument("--tag", help="with --fleet: only the devices with this tag")
@@ -170,6 +180,7 @@ def open_device(args: argparse.Namespace, profile: Any = None, backend: str | No
         device_python=args.device_python,
         device_root=args.device_root,
         backend=backend,
+        encrypt_key=getattr(args, "encrypt_key", None),
         **opts,
     )
 

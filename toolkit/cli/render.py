@@ -61,7 +61,12 @@ def agent_state(d: dict[str, Any]) -> str:
     where = f"{d.get('host', '127.0.0.1')}:{d.get('port')}"
     head = f"agent {d.get('version', '')} running, pid {d.get('pid')}, on {where} (device loopback)"
     keep = ("root", "supervisor_pid", "restarts", "started")
-    return "\n".join([head, *fields({k: d[k] for k in keep if k in d}, "  ")]) + "\n"
+    shown = {k: d[k] for k in keep if k in d}
+    if d.get("encrypt"):
+        shown["encrypted at rest"] = (
+            f"{d['encrypt']['cipher']}, key {d['encrypt']['key']} (id {d['encrypt']['key_id']})"
+        )
+    return "\n".join([head, *fields(shown, "  ")]) + "\n"
 
 
 def rollback(d: dict[str, Any]) -> str:

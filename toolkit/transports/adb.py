@@ -241,13 +241,46 @@ class ADBTransport(Transport):
             )
         return ready[0]
 
+    # -- connections to the adb server ------------------------------------------
+    def _open(self, service: str | None = None, host_command: str | None = None, timeout: float = 30.0) -> Any:
+        """A connection to the device's ``service`` (or the server's ``host-serial`` command), closed again if
+        the server or device refuses it: adbutils' own ``open_transport`` leaves that socket open."""
+        c = self.client.make_connection(timeout=timeout)
+        try:
+            if host_command:
+                c.send_command(f"host-serial:{self.serial}:{host_command}")
+                c.check_okay()
+            else:
+                c.send_command(f"host:transport:{self.serial}")
+                c.check_okay()
+                if service:
+                    c.send_command(service)
+                    c.check_okay()
+        except BaseException:
+            c.close()
+            raise
+        return c
+
+    def _shell_v2(self, cmd: str, timeout: float) -> CommandResult:
+        """Shell protocol v2: packets of (id, length, data); 1 stdout, 2 stderr, 3 the exit code."""
+        out, err = bytearray(), bytearray()
+        with self._open(f"shell,v2:{cmd}", timeout=timeout) as c:
+            while True:
+                header = c.read_exact(5)
+                kind, length = header[0], struct.unpack("<I", header[1:5])[0]
+                data = c.read_exact(length) if length else b""
+                if kind == 3:
+                    code = data[0] if data else 255
+                    break
+                (out if kind == 1 else err if kind == 2 else bytearray()).extend(data)
+        return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
     # -- the Transport interface ------------------------------------------------
     def run(self, argv: list[str], timeout: float = 120) -> CommandResult:
         cmd = " ".join(shlex.quote(str(a)) for a in argv)
         try:
             if self.shell_v2:
-                r = self.device.shell2(cmd, timeout=timeout, v2=True)
-                return CommandResult(r.returncode, r.stdout, r.stderr)
+                return self._shell_v2(cmd, timeout)
             return self._run_v1(cmd, timeout)
         except _adb_errors() as e:
             from adbutils import AdbTimeout
@@ -261,7 +294,8 @@ class ADBTransport(Transport):
     def _run_v1(self, cmd, timeout):
         """The v1 shell has one output stream and no exit code: print the code after a marker."""
         marker = f"__edgekit_rc_{secrets.token_hex(6)}="
-        out = self.device.shell(f"{cmd}; echo {marker}$?", timeout=timeout, encoding=None, rstrip=False)
+        with self._open(f"shell:{cmd}; echo {marker}$?", timeout=timeout) as c:
+            out = c.read_until_close(encoding=None)
         i = out.rfind(marker.encode())
         if i < 0:
             raise TransportError(f"{self.description}: the shell ended before {cmd.split()[0]} finished")
@@ -293,9 +327,7 @@ class ADBTransport(Transport):
 
     def _push(self, local, remote, mode, size, on_progress):
         """SEND over the sync service: DATA blocks, DONE with the mtime, then OKAY or FAIL."""
-        with self.device.open_transport(timeout=120) as c:
-            c.send_command("sync:")
-            c.check_okay()
+        with self._open("sync:", timeout=120) as c:
             spec = f"{remote},{0o100000 | mode}".encode()
             c.conn.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
             done = 0
@@ -319,7 +351,7 @@ class ADBTransport(Transport):
     def forward(self, remote_port: int) -> int:
         cmd = f"forward:tcp:0;tcp:{int(remote_port)}"
         try:
-            with self.device.open_transport(cmd) as c:
+            with self._open(host_command=cmd) as c:
                 c.check_okay()
                 host_port = int(c.read_string_block())
         except (ValueError, *_adb_errors()) as e:

@@ -45,6 +45,17 @@ def parse_target(target: str) -> tuple[str | None, str, int | None]:
     return user, host, port
 
 
+def reason(e: BaseException, timeout: float | None = None) -> str:
+    """What went wrong, never empty: paramiko raises timeouts and closed channels without a message."""
+    text = str(e).strip()
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        within = f" within {timeout:g} s" if timeout else ""
+        return f"timed out: no answer{within}" + (f" ({text})" if text and text != "timed out" else "")
+    if isinstance(e, EOFError):
+        return text or "the connection was closed by the device"
+    return text or type(e).__name__
+
+
 def _pump(client, chan):
     """Copy bytes both ways between a host socket and an SSH channel until either side ends."""
     try:
@@ -203,9 +214,10 @@ class SSHTransport(Transport):
                     f"Check its fingerprint, then add it: ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts "
                     "(or connect once with ssh)."
                 ) from None
-            raise TransportError(f"{self.description}: SSH error: {e}") from None
+            raise TransportError(f"{self.description}: SSH error: {reason(e, timeout)}") from None
         except OSError as e:
-            raise TransportError(f"cannot connect to {self.description}: {e.strerror or e}") from None
+            why = reason(e, timeout) if isinstance(e, socket.timeout) else e.strerror or reason(e, timeout)
+            raise TransportError(f"cannot connect to {self.description}: {why}") from None
         self.client = client
         self._sftp = None
         self._forwards = []
@@ -225,7 +237,9 @@ class SSHTransport(Transport):
             err = stderr.read().decode("utf-8", "replace")
             rc = stdout.channel.recv_exit_status()
         except (self._paramiko.SSHException, EOFError, OSError, socket.timeout) as e:
-            raise TransportError(f"lost {self.description} while running {argv[0]}: {e}") from None
+            if isinstance(e, (socket.timeout, TimeoutError)):
+                raise TransportError(f"{self.description}: {argv[0]} {reason(e, timeout)}") from None
+            raise TransportError(f"lost {self.description} while running {argv[0]}: {reason(e, timeout)}") from None
         return CommandResult(rc, out, err)
 
     def sftp(self) -> Any:
@@ -245,7 +259,7 @@ class SSHTransport(Transport):
             sftp.put(str(local), part, callback=cb)
             sftp.posix_rename(part, remote)
         except (self._paramiko.SSHException, EOFError, OSError) as e:
-            raise TransportError(f"upload of {name} to {self.description} failed: {e}") from None
+            raise TransportError(f"upload of {name} to {self.description} failed: {reason(e)}") from None
 
     def forward(self, remote_port: int) -> int:
         """A host loopback port; each connection to it is a direct-tcpip channel to the device's ``remote_port``."""
