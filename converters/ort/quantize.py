@@ -10,6 +10,8 @@ class OrtQuantization:
 
     def _fp16(self, src, dst, block=()):
         """FP16 with the converter's default op block list, and the nodes named in ``block`` kept in float32."""
+        import warnings
+
         import onnx
 
         try:
@@ -23,7 +25,9 @@ class OrtQuantization:
         from edgekit.errors import ConversionError
 
         try:
-            with _quiet():
+            with _quiet(), warnings.catch_warnings():
+                # it warns of every constant it clamps; the ones that matter are kept float32 (edgekit's block list)
+                warnings.simplefilter("ignore", UserWarning)
                 model = src if isinstance(src, onnx.ModelProto) else onnx.load(str(src))
                 m = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=list(block) or None)
         except Exception as e:  # onnxconverter-common raises plain exceptions
