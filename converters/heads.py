@@ -60,6 +60,7 @@ TAIL_OPS = frozenset(
         "Where",
     }
 )
+SHAPE_ONLY = frozenset({"Shape", "Size"})  # their outputs depend on shapes only, fixed in a build
 # families whose answers come from a decoded head (edgekit.tasks.FAMILIES)
 HEAD_FAMILIES = frozenset({"detection", "segmentation"})
 
@@ -78,10 +79,16 @@ class Tail:
 def find_tail(graph: onnx.GraphProto) -> Tail:
     """The decoder tail of ``graph``: nodes reachable backwards from its outputs through :data:`TAIL_OPS`.
 
-    Nodes must be named (quantizers exclude by name); unnamed ones are skipped. Shape arithmetic (``Shape``,
-    ``Range``, ``ConstantOfShape``...) is not walked: it computes no float values a quantizer touches.
+    Nodes must be named (quantizers exclude by name); unnamed ones are skipped. Only nodes whose values depend on
+    the data are part of it: arithmetic on shapes (anchor grids built from ``Shape``, ``Range``...) is constant once
+    the shapes are fixed, and quantizers fold it.
     """
     producer = {out: node for node in graph.node for out in node.output}
+    constants = {t.name for t in graph.initializer}
+    live = {i.name for i in graph.input if i.name not in constants}  # tensors that depend on the data
+    for node in graph.node:  # graphs are topologically sorted
+        if node.op_type not in SHAPE_ONLY and any(i in live for i in node.input):
+            live.update(node.output)
     seen: set[int] = set()
     tail: set[int] = set()
     boundary: set[str] = set()
@@ -91,6 +98,8 @@ def find_tail(graph: onnx.GraphProto) -> Tail:
         if id(node) in seen:
             continue
         seen.add(id(node))
+        if not any(o in live for o in node.output):
+            continue
         if node.op_type in WEIGHTED:
             source = producer.get(node.input[0]) if node.input else None
             if source is None or source.op_type != "Softmax":  # a learned layer: the tail starts after it

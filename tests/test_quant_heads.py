@@ -43,6 +43,7 @@ def _yolo_head():
         numpy_helper.from_array(np.array([1, 4, 16], np.int64), "s_box"),
         numpy_helper.from_array(np.array([1, 2, 16], np.int64), "s_cls"),
         _const("stride", 8.0),
+        numpy_helper.from_array(np.array(2, np.int64), "i2"),
     ]
     nodes = [
         helper.make_node("Relu", ["features"], ["act"], name="backbone_act"),
@@ -52,7 +53,12 @@ def _yolo_head():
         helper.make_node("Softmax", ["dfl_in"], ["dfl_p"], name="dfl_softmax", axis=1),
         helper.make_node("Conv", ["dfl_p", "w_dfl"], ["dfl_out"], name="dfl_conv"),
         helper.make_node("Reshape", ["dfl_out", "s_box"], ["dist"], name="box_reshape"),
-        helper.make_node("Mul", ["dist", "stride"], ["boxes"], name="box_scale"),
+        helper.make_node("Mul", ["dist", "stride"], ["scaled"], name="box_scale"),
+        # a grid size from the input's shape (constant once shapes are fixed): not part of the tail
+        helper.make_node("Shape", ["features"], ["shape"], name="grid_shape"),
+        helper.make_node("Gather", ["shape", "i2"], ["side"], name="grid_side", axis=0),
+        helper.make_node("Cast", ["side"], ["side_f"], name="grid_cast", to=TensorProto.FLOAT),
+        helper.make_node("Div", ["scaled", "side_f"], ["boxes"], name="box_norm"),
         helper.make_node("Reshape", ["cls_logits", "s_cls"], ["cls_flat"], name="cls_reshape"),
         helper.make_node("Sigmoid", ["cls_flat"], ["scores"], name="cls_sigmoid"),
         helper.make_node("Concat", ["boxes", "scores"], ["output0"], name="concat_out", axis=1),
@@ -68,6 +74,7 @@ def test_the_decoder_tail_of_a_yolo_head_is_found_up_to_the_learned_layers():
         "dfl_conv",  # the distribution-focal integral: a fixed 0..reg_max weight over a softmax
         "box_reshape",
         "box_scale",
+        "box_norm",
         "cls_reshape",
         "cls_sigmoid",
         "concat_out",
