@@ -105,22 +105,23 @@ def scan(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], li
             nonzero = mag[mag > 0]
             if nonzero.size and float(nonzero.max()) < CONVERTER_MIN:
                 result.tiny_constants[name] = float(nonzero.max())
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    tensors = _float_tensors(probe)
-    for k, tensor in enumerate(tensors):
-        absolute = f"{tensor}__edgekit_abs{k}"
-        probe.graph.node.extend(
-            [
-                helper.make_node("Abs", [tensor], [absolute], name=f"edgekit_abs_{k}"),
-                helper.make_node("ReduceMax", [absolute], [tensor + SUFFIX], name=f"edgekit_max_{k}", keepdims=0),
-            ]
-        )
-        probe.graph.output.extend([onnx.ValueInfoProto(name=tensor + SUFFIX)])
     feeds = list(samples)[:limit]
     try:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        tensors = _float_tensors(probe)
+        for k, tensor in enumerate(tensors):
+            absolute = f"{tensor}__edgekit_abs{k}"
+            probe.graph.node.extend(
+                [
+                    helper.make_node("Abs", [tensor], [absolute], name=f"edgekit_abs_{k}"),
+                    helper.make_node("ReduceMax", [absolute], [tensor + SUFFIX], name=f"edgekit_max_{k}", keepdims=0),
+                ]
+            )
+            probe.graph.output.extend([onnx.ValueInfoProto(name=tensor + SUFFIX)])
         outputs = reference_outputs(probe.SerializeToString(), feeds)
-    except Exception as e:  # onnxruntime's own exception types: the constants still tell the worst cases
+    except Exception as e:  # shape inference, a model over 2 GB, onnxruntime's own exception types: the constants
+        # still tell the worst cases
         result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         return result
     for tensor in tensors:

@@ -345,6 +345,7 @@ def _build_one(
 
         def check(step, model_path):
             outputs = tried.pop(str(model_path), None)
+            tried.clear()  # the candidates a backend tried and did not keep
             if outputs is None:
                 with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
                     outputs = be.predict(model_path, fid_ds.samples, session=session)
