@@ -115,6 +115,21 @@ def test_int8_keeps_the_detection_tail_float_when_the_task_metric_needs_it(detec
     assert scores.min() >= 0 and scores.max() <= 1.0  # sigmoid outputs, no longer quantized with the boxes
 
 
+def test_openvino_int8_tries_the_tail_in_nncfs_ignored_scope(detector, tmp_path):
+    """OpenVINO INT8 keeps this detector's boxes (box F1 ~0.9); a stricter --min-score makes it fail, and the tail is
+    tried in NNCF's ignored scope (its IR ops found by the tensors the ONNX nodes produce); the better one is kept."""
+    model, calib, val = detector
+    r = edgekit.build(
+        model, "host", tmp_path / "b", backend="openvino", precision="int8", calib=calib, val=val, input_shapes=SHAPE,
+        use_cache=False, min_score=0.999, allow_degraded=True,
+    )  # fmt: skip
+    kept = r["kept_float"]
+    assert kept["metric"] == "box_f1" and kept["plain"] < 0.999 and "/model.22/Concat_25" in kept["nodes"]
+    assert kept["reason"].startswith("detection tail: box_f1 ") and len(kept["nodes"]) == 24
+    best = max(kept["plain"], kept["tail_float"])
+    assert r["fidelity"]["steps"][-1]["task"]["metrics"]["box_f1"] == pytest.approx(best)
+
+
 @pytest.fixture(scope="module")
 def text_detector(tmp_path_factory):
     """PP-OCRv4's DBNet text detector and two pages (rendered text, scikit-image's scanned page) at 160x480."""
