@@ -124,13 +124,17 @@ def _score(record: dict[str, Any]) -> tuple[str, float | None]:
 
 
 def keep_tail_float(
-    ctx: Any, plain: Path, graph: onnx.GraphProto, rebuild: Callable[[tuple[str, ...]], Path], step: str
+    ctx: Any,
+    plain: Path,
+    load_graph: Callable[[], onnx.GraphProto],
+    rebuild: Callable[[tuple[str, ...]], Path],
+    step: str,
 ) -> tuple[Path, dict[str, Any] | None]:
     """The INT8 model to check as ``step``: ``plain``, or one rebuilt with the decoder tail of ``graph`` in float.
 
     Only for a detection or segmentation task (``ctx.task``), with ``ctx.keep_head_float``, and only when the task
     metric says it matters: ``plain`` is tried first (``ctx.trial``); where it fails its gate, ``rebuild(nodes)``
-    quantizes again with the tail's nodes (names in ``graph``, the graph the quantizer reads) left in float, and the
+    quantizes again with the tail's nodes (names in ``load_graph()``, the graph the quantizer reads) in float, and the
     better of the two by the task's primary metric is returned with the report's section (None: plain, untouched).
     """
     family = getattr(getattr(ctx.task, "spec", None), "family", None)
@@ -140,7 +144,7 @@ def keep_tail_float(
     if first["passed"]:
         return plain, None
     metric, before = _score(first)
-    tail = find_tail(graph)
+    tail = find_tail(load_graph())
     if not tail:
         ctx.log(f"  int8: {metric} {before} fails its gate, and no decoder tail was found after the last layers")
         return plain, {"kept": False, "reason": f"{family}: no decoder tail found after the last weighted layers"}

@@ -86,10 +86,11 @@ class OpenVINOQuantization:
 
         from ..heads import keep_tail_float
 
-        graph = onnx.load(str(ctx.reference_path), load_external_data=False).graph
-        produces = {n.name: list(n.output) for n in graph.node}
+        def graph():
+            return onnx.load(str(ctx.reference_path), load_external_data=False).graph
 
         def rebuild(nodes):
+            produces = {n.name: list(n.output) for n in graph().node}
             by_tensor = {
                 name: op.get_friendly_name()
                 for op in self.core().read_model(str(fp32_xml)).get_ordered_ops()

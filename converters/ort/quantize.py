@@ -100,7 +100,9 @@ class OrtQuantization:
         def rebuild(nodes):
             return self._int8_static(ctx, work, reduce_range, nodes, out=work / "model.int8-tail.onnx")
 
-        graph = onnx.load(str(self._preprocessed(ctx, work)), load_external_data=False).graph
+        def graph():
+            return onnx.load(str(self._preprocessed(ctx, work)), load_external_data=False).graph
+
         return keep_tail_float(ctx, plain, graph, rebuild, step)
 
     def _preprocessed(self, ctx, work):
