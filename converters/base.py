@@ -41,6 +41,11 @@ class BuildContext:
     evaluation: object = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
     session: BuildSession = field(default_factory=BuildSession)  # what this build remembers (never shared)
+    task: object = None  # edgekit.tasks.Inference: what the model is for (given or inferred)
+    keep_head_float: bool = True  # int8: a head's decoder tail may stay float when the task metric needs it
+    # trial(step, model_path) -> the fidelity record of a candidate, neither recorded nor refused; a following
+    # check(step, model_path) of the same unchanged file reuses its outputs
+    trial: object = None
 
     def require_calibration(self, what, instead):
         """Refuse calibrated quantization without real data from the user's domain."""

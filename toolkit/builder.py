@@ -27,7 +27,7 @@ from .model import load_model, parse_input_shapes
 from .report import SCHEMA_VERSION, write_report
 
 FIDELITY_SAMPLES = 400
-CACHE_EPOCH = 3  # bump when what a build writes changes, so older cached bundles are not reused
+CACHE_EPOCH = 4  # bump when what a build writes changes, so older cached bundles are not reused
 SLOWER = 0.95  # a shrunk build under 0.95x the reference's speed counts as measured slower
 CALIB_SAMPLES = 256
 GENERIC_GATE = ("classification", "generic")  # inferred task families judged by the generic gate
@@ -60,6 +60,7 @@ def build(
     stream=None,
     sample_axes=None,
     input_values=None,
+    keep_head_float=True,
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
@@ -74,6 +75,9 @@ def build(
     ``precision="auto"`` takes what the profile runs fast. For the ``host`` profile, where
     this machine is the target, a shrunk build is also timed against the FP32 reference
     here, and if it measured slower the FP32 build is kept instead (the report says why).
+
+    ``keep_head_float``: an INT8 detector or segmenter whose task metric fails its gate is quantized again with
+    its decoder tail in float (:mod:`edgekit.converters.heads`); False builds and judges the plain INT8 model.
     """
     kwargs = dict(
         backend=backend,
@@ -95,6 +99,7 @@ def build(
         stream=stream,
         sample_axes=sample_axes,
         input_values=input_values,
+        keep_head_float=keep_head_float,
         prune=prune,
         prune_mode=prune_mode,
         prune_recipe=prune_recipe,
@@ -228,6 +233,7 @@ def _build_one(
     stream=None,
     sample_axes=None,
     input_values=None,
+    keep_head_float=True,
 ):
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -313,6 +319,7 @@ def _build_one(
             "metric": None if user_metric is None else [user_metric.name, user_metric.sha256],
             "allow_degraded": allow_degraded,
             "name": bundle_name,
+            **({} if keep_head_float else {"keep_head_float": False}),
             **({"budget": [str(budget), budget.max_evaluations]} if budget is not None else {}),
             **({"prune": pruning} if pruning else {}),
             **({"stream": plan.to_dict()} if plan else {}),
@@ -357,26 +364,42 @@ def _build_one(
         steps = []
         last_outputs = [reference_outputs]
 
-        def check(step, model_path):
-            with progress.of(log).step(f"checking {step} on {len(fid_ds)} samples"):
+        tried = {}  # model file -> its outputs, from trial() (a backend trying alternatives before its step)
+
+        def run_on_data(step, model_path, verb):
+            with progress.of(log).step(f"{verb} {step} on {len(fid_ds)} samples"):
                 try:
-                    outputs = runs.predict(model_path, fid_ds.samples, session=session)
+                    return runs.predict(model_path, fid_ds.samples, session=session)
                 except RunnerError as e:  # the runtime failed on the built model: say so with the model's inputs
                     raise ConversionError(cannot_run(backend, step, src.inputs, e)) from None
-            last_outputs[0] = outputs
-            streamed = plan.metrics(reference_outputs, outputs, fid_ds) if plan else None
+
+        def judge(step, outputs, degraded_ok):
             record = fidelity.check_step(
                 step,
                 reference_outputs,
                 outputs,
                 fid_ds.labels,
                 thresholds,
-                allow_degraded,
+                degraded_ok,
                 task=judged_by,
                 metric=user_metric,
             )
+            streamed = plan.metrics(reference_outputs, outputs, fid_ds) if plan else None
             if streamed:
                 record["stream"] = streamed
+            return record
+
+        def trial(step, model_path):
+            tried[str(model_path)] = run_on_data(step, model_path, "trying")
+            return judge(step, tried[str(model_path)], True)  # neither recorded nor refused
+
+        def check(step, model_path):
+            outputs = tried.pop(str(model_path), None)
+            tried.clear()  # the candidates a backend tried and did not keep
+            if outputs is None:
+                outputs = run_on_data(step, model_path, "checking")
+            last_outputs[0] = outputs
+            record = judge(step, outputs, allow_degraded)
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
             return record
@@ -394,6 +417,9 @@ def _build_one(
             evaluation=fid_ds,
             allow_degraded=allow_degraded,
             session=session,
+            task=inferred,
+            keep_head_float=keep_head_float,
+            trial=trial,
         )
         if pruning:  # the backend converts the pruned model; every step is still checked against the original
             ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)

@@ -126,6 +126,9 @@ def build_text(r):
             f"({', '.join(mp['float_layer_names']) or 'none'}); {mp['metric']} {_g(final['value'])} "
             f"(all-int8 {_g(mp['all_int8']['value'])}), {mp['evaluations']} evaluation(s)"
         )
+    kept = r.get("kept_float")
+    if kept:
+        lines.append(f"  kept float: {kept['reason']}")
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     lines.append(f"  built in {r['build_seconds']:.2f} s{' (cache hit)' if r['cache']['hit'] else ''} -> {r['output']}")

@@ -193,6 +193,12 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
                 floats = len(sections["mixed_precision"]["float_layer_names"])
                 step += f", {floats} layer(s) kept float for --budget {ctx.budget}"
                 sections["quantization"]["ignored_scope"] = sections["mixed_precision"]["float_layer_names"]
+            else:  # a detector's decoder tail in float where its task metric needs it
+                final, tail = self._head_float(ov, ctx, fp32_xml, final, device, step)
+                if tail is not None:
+                    sections["kept_float"] = tail
+                    if tail["kept"]:
+                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"
             exec_precision = None
             ctx.check(step, final)
         elif ctx.precision == "int8-weights":

@@ -79,6 +79,30 @@ class OpenVINOQuantization:
         )
         return xml
 
+    def _head_float(self, ov, ctx, fp32_xml, plain, device, step):
+        """``plain``, or INT8 again with a detector's decoder tail in NNCF's ignored scope (:mod:`..heads`): the
+        tail is found in the reference ONNX graph and its nodes named in the IR by the tensors they produce."""
+        import onnx
+
+        from ..heads import keep_tail_float
+
+        def graph():
+            return onnx.load(str(ctx.reference_path), load_external_data=False).graph
+
+        def rebuild(nodes):
+            produces = {n.name: list(n.output) for n in graph().node}
+            by_tensor = {
+                name: op.get_friendly_name()
+                for op in self.core().read_model(str(fp32_xml)).get_ordered_ops()
+                for out in op.outputs()
+                for name in out.get_names()
+            }
+            names = sorted({by_tensor[t] for n in nodes for t in produces.get(n, ()) if t in by_tensor})
+            xml, _ = self._int8(ov, ctx, fp32_xml, ctx.workdir / "openvino" / "int8-tail", device, ignored=names)
+            return xml
+
+        return keep_tail_float(ctx, plain, graph, rebuild, step)
+
     def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
         from edgekit.errors import ConversionError
 

@@ -118,8 +118,10 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         if ctx.precision == "fp32":
             ctx.check("fp32 (shapes fixed)", model_path)
         elif ctx.precision == "fp16":
-            model_path = self._fp16(ctx.reference_path, work / "model.fp16.onnx")
-            ctx.check("fp16 weights and activations", model_path)
+            step = "fp16 weights and activations"
+            model_path, sections["kept_float"] = self._fp16_in_range(ctx, work, step)
+            kept = len(sections["kept_float"]["nodes"])
+            ctx.check(step + (f", {kept} node(s) kept float32 (values beyond fp16's range)" * bool(kept)), model_path)
             if "fp16" not in settings.get("precisions", []):
                 warnings.append(
                     f"profile {ctx.profile.name} does not list fp16 as fast for ONNX Runtime: its CPU provider "
@@ -135,11 +137,18 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                     "VNNI) saturates ONNX Runtime's fused uint8 x int8 products, the target's kernels do not"
                 )
             model_path = self._int8_static(ctx, work, reduce_range)
+            step = "int8 static quantization (QDQ, per-channel)"
             if ctx.budget is not None:
                 from edgekit.passes.mixed_precision import search
 
                 model_path, sections["mixed_precision"] = search(self, ctx, plain=model_path)
                 warnings.extend(sections["mixed_precision"].get("warnings", []))
+            else:  # a detector's decoder tail in float where its task metric needs it
+                model_path, tail = self._head_float(ctx, work, reduce_range, model_path, step)
+                if tail is not None:
+                    sections["kept_float"] = tail
+                    if tail["kept"]:
+                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"
             sections["quantization"] = {
                 "method": "static",
                 "format": "QDQ",
@@ -153,8 +162,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             }
             floats = len(sections.get("mixed_precision", {}).get("float_layer_names", []))
             ctx.check(
-                "int8 static quantization (QDQ, per-channel)"
-                + (f", {floats} layer(s) kept float for --budget {ctx.budget}" if ctx.budget is not None else ""),
+                step + (f", {floats} layer(s) kept float for --budget {ctx.budget}" if ctx.budget is not None else ""),
                 model_path,
             )
         elif ctx.precision == "int8-dynamic":

@@ -8,7 +8,10 @@ from .common import _quiet
 class OrtQuantization:
     """Quantization methods of the ONNX Runtime backend (mixed into :class:`.backend.OrtBackend`)."""
 
-    def _fp16(self, src, dst):
+    def _fp16(self, src, dst, block=()):
+        """FP16 with the converter's default op block list, and the nodes named in ``block`` kept in float32."""
+        import warnings
+
         import onnx
 
         try:
@@ -22,12 +25,38 @@ class OrtQuantization:
         from edgekit.errors import ConversionError
 
         try:
-            with _quiet():
-                m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+            with _quiet(), warnings.catch_warnings():
+                # it warns of every constant it clamps; the ones that matter are kept float32 (edgekit's block list)
+                warnings.simplefilter("ignore", UserWarning)
+                model = src if isinstance(src, onnx.ModelProto) else onnx.load(str(src))
+                m = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=list(block) or None)
         except Exception as e:  # onnxconverter-common raises plain exceptions
             raise ConversionError(f"fp16 conversion failed: {type(e).__name__}: {e}") from e
         onnx.save(m, str(dst))
         return dst
+
+    def _fp16_in_range(self, ctx, work, step):
+        """FP16 with the nodes whose values leave fp16's range kept in float32 (:mod:`..fp16_range`), widened while
+        the step fails its gate (at most ``len(HEADROOMS)`` tries). Returns the model file and the report section."""
+        import onnx
+
+        from .. import fp16_range as fr
+
+        model = fr.name_nodes(onnx.load(str(ctx.reference_path)))
+        data = ctx.calib if ctx.calib is not None else ctx.evaluation
+        found = fr.scan(model, data.samples if data is not None else [])
+        blocked, path, rounds = [], None, 0
+        for headroom in fr.HEADROOMS:
+            wider = fr.block_list(model, found, headroom)
+            if path is not None and wider == blocked:
+                continue  # nothing new within this headroom
+            blocked, rounds = wider, rounds + 1
+            path = self._fp16(fr.prepare(model, blocked), work / f"model.fp16-{rounds}.onnx", [b.node for b in blocked])
+            if ctx.trial is None or headroom == fr.HEADROOMS[-1] or ctx.trial(step, path)["passed"]:
+                break
+        section = fr.section(blocked, found, headroom, rounds)
+        ctx.log(f"  fp16: {section['reason']}")
+        return path, section
 
     def _int8_static(self, ctx, work, reduce_range, exclude=(), out=None):
         """Static QDQ int8; ``exclude``: node names of the pre-processed model kept in float."""
@@ -61,6 +90,20 @@ class OrtQuantization:
         except Exception as e:  # ORT raises bare Exceptions with its own messages
             raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
         return out
+
+    def _head_float(self, ctx, work, reduce_range, plain, step):
+        """``plain``, or INT8 again with the decoder tail of a detector in float (:mod:`..heads`); and the section."""
+        import onnx
+
+        from ..heads import keep_tail_float
+
+        def rebuild(nodes):
+            return self._int8_static(ctx, work, reduce_range, nodes, out=work / "model.int8-tail.onnx")
+
+        def graph():
+            return onnx.load(str(self._preprocessed(ctx, work)), load_external_data=False).graph
+
+        return keep_tail_float(ctx, plain, graph, rebuild, step)
 
     def _preprocessed(self, ctx, work):
         """The model int8 quantization starts from (opset >= 13, ORT's pre-processing), once per build."""

@@ -79,6 +79,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--min-score", type=float, help="fidelity threshold for the task metric or --metric")
     s.add_argument("--allow-degraded", action="store_true", help="write the bundle even if fidelity fails (marked)")
     s.add_argument(
+        "--no-keep-head-float",
+        dest="keep_head_float",
+        action="store_false",
+        help="int8: judge the plain quantized model only; by default a detector or segmenter whose task metric fails "
+        "is quantized again with its decoder tail (box decode, score concat, final sigmoids) in float",
+    )
+    s.add_argument(
         "--budget",
         help="int8 with the most sensitive layers kept float until the loss fits: accuracy "
         "points (1pt, 0.5pt: needs labels), cos=0.999 or top1=0.99",
@@ -172,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
             task=args.task,
             metric=args.metric,
             min_score=args.min_score,
+            keep_head_float=args.keep_head_float,
             budget=args.budget,
             prune=args.prune,
             prune_mode=args.prune_mode,
