@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
+from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, shapes, tasks
 from . import bundle as bundle_mod
+from . import shape_checks as at
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
 from .errors import DataError, ProfileError
 from .model import load_model, parse_input_shapes
@@ -225,10 +226,13 @@ def _build_one(
         )
     bundle_mod.check_output(output)
 
-    src = load_model(model, input_shapes, shape_hints.data_reader([calib, val], preprocess))
-    calib_ds = load_dataset(calib, src.inputs, preprocess, limit=CALIB_SAMPLES) if calib else None
-    val_ds = load_dataset(val, src.inputs, preprocess, limit=FIDELITY_SAMPLES) if val else None
-    fid_ds = val_ds or calib_ds or synthetic_dataset(src.inputs)
+    static = shapes.static_reason(backend, be.row.dynamic_shapes, prof.backend(backend))  # edgekit.shapes
+    data_shapes = shape_hints.data_reader([calib, val], preprocess)
+    src = load_model(model, input_shapes, data_shapes, keep_dynamic=static is None, why_static=static)
+    calib_ds = load_dataset(calib, at.data_specs(src), preprocess, limit=CALIB_SAMPLES) if calib else None
+    val_ds = load_dataset(val, at.data_specs(src), preprocess, limit=FIDELITY_SAMPLES) if val else None
+    fid_ds = val_ds or calib_ds or synthetic_dataset(at.typical_specs(src))
+    points = at.PointChecks(src, fid_ds.samples)
 
     if precision in (None, "auto"):
         precision = be.default_precision(prof, calib_ds is not None)
@@ -263,6 +267,7 @@ def _build_one(
             "runtime": be.runtime_version(),
             "source": src.sha256,
             "shapes": {s.name: s.shape for s in src.inputs},
+            "shape_plan": src.shapes.section(),
             "profile": prof.data,
             "backend": backend,
             "precision": precision,
@@ -304,6 +309,7 @@ def _build_one(
         session = converters.BuildSession.for_source(src)
         with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
             reference_outputs = _reference_outputs(be, reference_path, fid_ds, session)
+            points.reference(be, reference_path, session)
         inferred = tasks.resolve_task(task, reference_path, reference_outputs[0], fid_ds.samples[0])
         # the task's own metric decides where the generic gate is known to be wrong (detections, maps, sequences...);
         # a classifier inferred as such keeps the generic gate (cosine, top-1, accuracy), which is its metric
@@ -330,6 +336,16 @@ def _build_one(
                 allow_degraded,
                 task=judged_by,
                 metric=user_metric,
+            )
+            record = points.check(
+                step,
+                model_path,
+                record,
+                lambda path, samples: be.predict(path, samples, session=session),
+                lambda name, ref, out: fidelity.check_step(
+                    name, ref, out, None, thresholds, allow_degraded, task=judged_by, metric=user_metric
+                ),
+                log,
             )
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
@@ -368,6 +384,8 @@ def _build_one(
                 files.append(bundle_mod.file_entry(staged / fname, fname, role))
             save_samples(fid_ds, staged / "sample_inputs.npz")
             files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
+            if points.save(staged / at.SHAPE_SAMPLES):
+                files.append(bundle_mod.file_entry(staged / at.SHAPE_SAMPLES, at.SHAPE_SAMPLES, "shape_samples"))
             # What this machine computed for that sample with the final model file: the device compares.
             np.savez(staged / "expected_outputs.npz", **last_outputs[0][0])
             files.append(
@@ -383,8 +401,9 @@ def _build_one(
                 "format": result.format,
                 "model": model_name,
                 "files": files,
-                "inputs": [s.to_dict() for s in src.inputs],
+                "inputs": at.manifest_inputs(src),
                 "outputs": [s.to_dict() for s in src.outputs],
+                "shapes": src.shapes.section(),
                 "source": {"file": src.path.name, "sha256": src.sha256, "opset": src.opset},
                 "toolkit": {"name": "edgekit", "version": __version__},
                 "runtime": {"name": result.runtime, "version": result.runtime_version},
@@ -406,6 +425,11 @@ def _build_one(
                 log(
                     f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)"
+                )
+                host_latency["by_shape"] = points.time(
+                    lambda feed: _time_on_host(
+                        be, reference_path, result.model_file, feed, prof.threads, 1, 20, session
+                    )
                 )
             warnings = list(result.warnings)
             if host_latency and host_latency["speedup"] < SLOWER:
@@ -429,6 +453,7 @@ def _build_one(
                 "source": manifest["source"],
                 "inputs": manifest["inputs"],
                 "outputs": manifest["outputs"],
+                "shapes": manifest["shapes"],
                 "files": [dict(f, size_kb=round(f["size"] / 1024, 1)) for f in files],
                 # the model file plus its external weights (OpenVINO's model.bin beside model.xml)
                 "model_size_bytes": sum(f["size"] for f in files if f["role"] in ("model", "weights")),
@@ -449,6 +474,7 @@ def _build_one(
                 "ops_graph": result.ops_graph,
                 "host_latency": host_latency,
                 "warnings": warnings
+                + ([f"static shapes: {src.shapes.note}"] if src.shapes.note else [])
                 + (
                     ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
                     if fid_ds.synthetic
