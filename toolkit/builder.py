@@ -56,7 +56,8 @@ def build(
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
-    ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
+    ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings; a dimension may be a range
+    ``[MIN:MAX]`` or a set ``[A,B,C]`` (docs/SHAPES.md: kept dynamic where the backend runs it, checked at each).
     Raises an :class:`edgekit.errors.EdgekitError` subclass on bad input or failed fidelity;
     ``output`` is then left as it was.
 
