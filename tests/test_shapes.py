@@ -60,13 +60,15 @@ def test_which_backends_and_accelerators_need_static_shapes():
     """The backend table says which backends run dynamic shapes; NNAPI, QNN, Core ML and an OpenVINO NPU do not."""
     from edgekit_agent.runners.table import TABLE
 
-    assert [r.name for r in TABLE.rows() if r.dynamic_shapes] == ["ort", "openvino"]
+    assert [r.name for r in TABLE.rows() if r.dynamic_shapes] == ["ort", "openvino", "mnn"]
     host = profiles.load("host")
     assert static_reason("ort", True, host.backend("ort")) is None
     assert "NNAPIExecutionProvider" in static_reason("ort", True, profiles.load("pixel-8").backend("ort"))
     assert "QNNExecutionProvider" in static_reason("ort", True, profiles.load("galaxy-s24").backend("ort"))
     assert "NPU" in static_reason("openvino", True, profiles.load("intel-core-ultra").backend("openvino"))
     assert static_reason("tflite", False, {}) == "tflite runs static shapes only in this release"
+    assert static_reason("mnn", True, profiles.load("pixel-8").backend("mnn")) is None  # OpenCL resizes
+    assert "MNN backend NN" in static_reason("mnn", True, {"backend": "NN"})
 
 
 def _steps(report):
@@ -76,7 +78,7 @@ def _steps(report):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("backend", ["ort", "openvino"])
+@pytest.mark.parametrize("backend", ["ort", "openvino", "mnn"])
 def test_variable_width_ocr_stays_dynamic_and_is_checked_at_three_widths(zoo, tmp_path, backend):
     out = tmp_path / backend
     r = edgekit.build(zoo / "ppocr_v4_rec.onnx", "host", out, backend=backend, precision="fp32",
@@ -181,3 +183,29 @@ def test_without_data_a_dynamic_width_asks_for_a_size_or_a_range(zoo, tmp_path):
     text = str(e.value)
     assert "edgekit needs their sizes to check and benchmark the build at (they stay dynamic" in text, text
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.e2e
+def test_tflite_gets_the_typical_shape_fixed_and_says_why(zoo, tmp_path):
+    """The LiteRT model onnx2tf makes from the recogniser does not survive resize_tensor_input (XNNPACK cannot
+    reshape it), so TFLite builds are static: fixed at the typical width, checked there."""
+    r = edgekit.build(zoo / "ppocr_v4_rec.onnx", "host", tmp_path / "tfl", backend="tflite", precision="fp32",
+                      input_shapes=["x=1,3,48,[160:960]"], use_cache=False)  # fmt: skip
+    assert not r["shapes"]["dynamic"] and r["shapes"]["allowed"] == {"x": [1, 3, 48, 480]}
+    assert "static shapes: tflite runs static shapes only in this release: fixed at x=[1, 3, 48, 480]" in r["warnings"]
+
+
+@pytest.mark.e2e
+def test_int8_calibrated_at_the_typical_length_holds_at_every_declared_length(zoo, tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", input=(rng.standard_normal((16, 16000)) * 3000).astype(np.float32))
+    r = edgekit.build(zoo / "oww_melspectrogram.onnx", "host", tmp_path / "mel8", precision="int8",
+                      calib=tmp_path / "calib.npz", use_cache=False)  # fmt: skip
+    assert r["precision"] == "int8" and r["shapes"]["allowed"] == {"input": [1, None]}
+    (at,) = _steps(r)
+    assert sorted((label, s["input"][1], ok) for label, s, ok in at) == [
+        ("max", 32000, True),
+        ("min", 8000, True),
+        ("typical", 16000, True),
+    ]
+    assert [t["label"] for t in r["host_latency"]["by_shape"]] == ["min", "max"]

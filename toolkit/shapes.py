@@ -22,6 +22,8 @@ STATIC_PROVIDERS = ("NNAPIExecutionProvider", "QNNExecutionProvider", "CoreMLExe
 # OpenVINO devices that need static shapes ("Dynamic shapes: CPU Yes, GPU Partial, NPU No",
 # device_profiles/support/openvino.toml)
 STATIC_OPENVINO_DEVICES = ("NPU",)
+# MNN backends that need static shapes (MNN's NNAPI backend compiles a fixed graph)
+STATIC_MNN_BACKENDS = ("NN",)
 LABELS = ("min", "typical", "max")
 
 
@@ -220,6 +222,8 @@ def static_reason(backend: str, dynamic_shapes: bool, settings: Dict[str, Any]) 
     providers = [p for p in settings.get("providers") or () if p in STATIC_PROVIDERS]
     if providers:
         return f"the profile's {providers[0]} needs static shapes"
+    if backend == "mnn" and str(settings.get("backend") or "").upper() in STATIC_MNN_BACKENDS:
+        return f"the profile's MNN backend {settings['backend']} needs static shapes"
     device = str(settings.get("device") or "")
     for d in STATIC_OPENVINO_DEVICES:
         if d in device.replace(",", ":").split(":"):

@@ -95,6 +95,7 @@ BUILTIN = (
         ("fp32", "fp16", "int8", "int8-weights", "int4-weights"),
         runtime="MNN",
         extra="mnn",
+        dynamic_shapes=True,
     ),
     Row(
         "tflite",
