@@ -44,6 +44,41 @@ def test_input_shape_ranges_and_sets():
             parse_input_shapes([bad])
 
 
+def test_intake_keeps_declared_and_free_dimensions_dynamic_or_fixes_them_at_the_typical_point(tmp_path):
+    from harness.models import dynamic_model
+
+    from edgekit.model import load_model
+    from edgekit.shape_hints import data_reader
+
+    m = dynamic_model(tmp_path / "m.onnx", {"x": ["N", 3, "h", "w"]})
+    declared = parse_input_shapes(["x=1,3,[32:96],[8,16,32]"])
+    src = load_model(m, declared, keep_dynamic=True)
+    assert src.inputs[0].shape == [1, 3, "h", "w"] and src.shapes.allowed("x") == [
+        1,
+        3,
+        {"min": 32, "max": 96},
+        {"values": [8, 16, 32]},
+    ]
+    assert src.shapes.points() == [
+        ("min", {"x": [1, 3, 32, 8]}),
+        ("typical", {"x": [1, 3, 64, 16]}),
+        ("max", {"x": [1, 3, 96, 32]}),
+    ]
+    fixed = load_model(m, declared, keep_dynamic=False, why_static="NPU")
+    assert fixed.inputs[0].shape == [1, 3, 64, 16] and fixed.shapes.points() == [("typical", {"x": [1, 3, 64, 16]})]
+    assert fixed.shapes.note == "NPU: fixed at x=[1, 3, 64, 16]" and fixed.shapes.allowed("x") == [1, 3, 64, 16]
+    # free dimensions: the data's sizes, then half and double; the batch is the data's (1)
+    data = tmp_path / "val.npz"
+    np.savez(data, x=np.zeros((4, 3, 40, 24), np.float32))
+    free = load_model(m, None, data_reader([data]), keep_dynamic=True)
+    assert free.shapes.allowed("x") == [1, 3, None, None]
+    assert [p["x"] for _, p in free.shapes.points()] == [[1, 3, 16, 8], [1, 3, 40, 24], [1, 3, 80, 48]]
+    with pytest.raises(ModelError, match=r"has size 40 at position 2, outside the declared \[32:36\]"):
+        load_model(m, parse_input_shapes(["x=1,3,[32:36],24"]), data_reader([data]), keep_dynamic=True)
+    with pytest.raises(ModelError, match=r"x=1,\[2:4\],\?,\? conflicts with the model's shape \['N', 3, 'h', 'w'\]"):
+        load_model(m, {"x": [1, Range(2, 4), "h", "w"]}, keep_dynamic=True)
+
+
 def test_allowed_shapes_check_names_the_input_the_shape_and_the_allowed_ones():
     allowed = [1, 3, {"min": 32, "max": 960}, {"values": [8, 16]}, None]
     assert check_shape("x", (1, 3, 32, 16, 5), allowed) is None
