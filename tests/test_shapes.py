@@ -150,9 +150,13 @@ def test_a_bundle_with_a_width_range_is_benchmarked_per_shape_and_the_agent_refu
         ("max", 960, 5),
     ]
     assert all(t["latency_ms"]["p50"] > 0 for t in report["by_shape"])
-    from edgekit.report import bench_text
+    import jsonschema
+
+    from edgekit.report import bench_text, schema
 
     assert "@ max        x=[1,3,48,960]: p50" in bench_text(report)
+    jsonschema.validate(report, schema())
+    jsonschema.validate(json.loads((out / "report.json").read_text()), schema())
     client = local_device.client  # over HTTP, to the agent serving the bundle
     outputs = client.infer("rec", {"x": np.zeros((1, 3, 48, 320), np.float32)})
     assert list(outputs.values())[0].shape == (1, 40, 6625)
