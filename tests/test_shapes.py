@@ -166,6 +166,9 @@ def test_a_bundle_with_a_width_range_is_benchmarked_per_shape_and_the_agent_refu
         "input 'x' has shape [1, 3, 48, 1000], outside the shapes the bundle was built and checked for: "
         "[1, 3, 48, 160..960]"
     ), e.value.message
+    with pytest.raises(AgentHTTPError) as e:  # a fixed dimension: the same answer, with the allowed shapes
+        client.infer("rec", {"x": np.zeros((1, 3, 32, 320), np.float32)})
+    assert e.value.status == 400 and "[1, 3, 32, 320], outside" in e.value.message, e.value.message
     assert client.health()["status"] == "ok"
 
 

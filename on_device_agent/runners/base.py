@@ -68,12 +68,12 @@ class Runner(object):
             s = specs[name]
             if str(a.dtype) != s["dtype"]:
                 raise RunnerError("input %r has dtype %s; the model wants %s" % (name, a.dtype, s["dtype"]))
-            want = s["shape"]
-            if len(a.shape) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, a.shape)):
-                raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
             problem = check_shape(name, a.shape, s.get("allowed"))
             if problem:
                 raise RunnerError(problem)
+            want = s["shape"]
+            if len(a.shape) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, a.shape)):
+                raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
 
 
 def check_shape(name, shape, allowed):
