@@ -29,7 +29,7 @@ def zoo():
 
     cache = fetch.zoo_dir()
     try:
-        fetch.fetch_all(cache, ["ppocr_v4_rec", "oww_melspectrogram", "romanizer_encoder"])
+        fetch.fetch_all(cache, ["ppocr_v4_rec", "oww_melspectrogram", "romanizer_encoder", "nudenet_yolov8n"])
     except fetch.FetchError as exc:
         pytest.fail(f"cannot fetch the zoo models: {exc}")
     return cache / "models"
@@ -39,6 +39,7 @@ def test_input_shape_ranges_and_sets():
     got = parse_input_shapes(["x=1,3,[32:960],[32:960]", "len=[32,8,16]", "y=[4:4],[7]"])
     assert got == {"x": [1, 3, Range(32, 960), Range(32, 960)], "len": [Choice((8, 16, 32))], "y": [4, 7]}
     assert Range(32, 960).values() == [32, 480, 960] and Choice((8, 16, 32)).values() == [8, 16, 32]
+    assert Range(320, 640).values() == [320, 480, 640] and Range(1, 4).values() == [1, 2, 4]
     for bad in ["x=1,[0:4]", "x=1,[9:4]", "x=[1:", "x=1,[a,b]", "x=1,[]", "x=[[1]]"]:
         with pytest.raises(ModelError, match=r"bad --input-shape .*\[MIN:MAX\].*\[A,B,C\]"):
             parse_input_shapes([bad])
@@ -251,3 +252,17 @@ def test_int8_calibrated_at_the_typical_length_holds_at_every_declared_length(zo
         ("typical", 16000, True),
     ]
     assert [t["label"] for t in r["host_latency"]["by_shape"]] == ["min", "max"]
+
+
+@pytest.mark.e2e
+def test_detector_at_a_range_of_resolutions(zoo, tmp_path):
+    """NudeNet's YOLOv8n (images [batch, 3, height, width]) at any square-ish size from 320 to 640."""
+    r = edgekit.build(zoo / "nudenet_yolov8n.onnx", "host", tmp_path / "det", precision="fp32",
+                      input_shapes=["images=1,3,[320:640],[320:640]"], use_cache=False)  # fmt: skip
+    assert r["shapes"]["dynamic"] and r["shapes"]["allowed"]["images"][2:] == [{"min": 320, "max": 640}] * 2
+    (at,) = _steps(r)
+    assert sorted((label, s["images"][2:], ok) for label, s, ok in at) == [
+        ("max", [640, 640], True),
+        ("min", [320, 320], True),
+        ("typical", [480, 480], True),
+    ]

@@ -35,7 +35,8 @@ class Range:
     hi: int
 
     def values(self) -> List[int]:
-        step = math.gcd(self.lo, self.hi)
+        common = math.gcd(self.lo, self.hi)
+        step = min(32, common & -common)  # the ends' power-of-two factor: a stride they share, at most 32
         return [self.lo, self.lo + ((self.hi - self.lo) // 2 // step) * step, self.hi]
 
     def allows(self, size: int) -> bool:
