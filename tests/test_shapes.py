@@ -40,6 +40,7 @@ def test_input_shape_ranges_and_sets():
     assert got == {"x": [1, 3, Range(32, 960), Range(32, 960)], "len": [Choice((8, 16, 32))], "y": [4, 7]}
     assert Range(32, 960).values() == [32, 480, 960] and Choice((8, 16, 32)).values() == [8, 16, 32]
     assert Range(320, 640).values() == [320, 480, 640] and Range(1, 4).values() == [1, 2, 4]
+    assert Range(160, 960).values() == [160, 480, 960] and Range(1, 2).values() == [1, 1, 2]
     for bad in ["x=1,[0:4]", "x=1,[9:4]", "x=[1:", "x=1,[a,b]", "x=1,[]", "x=[[1]]"]:
         with pytest.raises(ModelError, match=r"bad --input-shape .*\[MIN:MAX\].*\[A,B,C\]"):
             parse_input_shapes([bad])

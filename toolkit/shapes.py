@@ -36,8 +36,13 @@ class Range:
 
     def values(self) -> List[int]:
         common = math.gcd(self.lo, self.hi)
-        step = min(32, common & -common)  # the ends' power-of-two factor: a stride they share, at most 32
-        return [self.lo, self.lo + ((self.hi - self.lo) // 2 // step) * step, self.hi]
+        # the middle on a stride both ends share: their common divisor, else (when that lands on an end) their
+        # power-of-two factor, at most 32
+        for step in (common, min(32, common & -common)):
+            mid = self.lo + ((self.hi - self.lo) // 2 // step) * step
+            if self.lo < mid < self.hi:
+                return [self.lo, mid, self.hi]
+        return [self.lo, self.lo + (self.hi - self.lo) // 2, self.hi]
 
     def allows(self, size: int) -> bool:
         return self.lo <= size <= self.hi
