@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import time
+from collections import OrderedDict
 
 
 def percentile(sorted_values, q):
@@ -134,6 +135,33 @@ def compare_expected(bundle_dir, outputs, min_cosine=0.99):
     }
 
 
+def bench_shapes(runner, bundle_dir, runs, warmup):
+    """Timings at each declared shape the build checked besides the sample's (``shape_samples.npz``, keys
+    ``LABEL.INPUT``): ``[{"label", "shapes", "runs", "latency_ms"}]``, or [] for a bundle of one shape."""
+    import numpy as np
+
+    path = os.path.join(bundle_dir, "shape_samples.npz")
+    if not os.path.isfile(path):
+        return []
+    points = OrderedDict()  # type: OrderedDict
+    with np.load(path, allow_pickle=False) as z:
+        for key in z.files:
+            label, _, name = key.partition(".")
+            points.setdefault(label, {})[name] = z[key]
+    out = []
+    for label, feeds in points.items():
+        for _ in range(max(0, warmup)):
+            runner.run(feeds)
+        times = []
+        for _ in range(max(1, runs)):
+            t0 = time.perf_counter()
+            runner.run(feeds)
+            times.append((time.perf_counter() - t0) * 1000.0)
+        shapes = dict((k, list(v.shape)) for k, v in feeds.items())
+        out.append({"label": label, "shapes": shapes, "runs": len(times), "latency_ms": stats(times)})
+    return out
+
+
 def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
     import sys
 
@@ -176,10 +204,14 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
         "peak_rss_mb": peak_rss_mb(),
         "rss_before_load_mb": rss_before,
         "inputs_synthetic": synthetic,
+        "input_shapes": dict((k, list(getattr(v, "shape", ()))) for k, v in feeds.items()),
         "device": device_info(),
         "measured_by": "edgekit-agent one-shot bench (fresh process)",
     }
     report.update(runner.describe())
+    by_shape = bench_shapes(runner, bundle_dir, runs, warmup)
+    if by_shape:
+        report["by_shape"] = by_shape
     check = compare_expected(bundle_dir, first_outputs)
     if check is not None:
         report["device_fidelity"] = check

@@ -73,7 +73,7 @@ def auto_build(
     from .shape_hints import data_reader
 
     # a model every candidate would refuse is refused once, here
-    load_model(model, input_shapes, data_reader([calib, val], preprocess))
+    load_model(model, input_shapes, data_reader([calib, val], preprocess), keep_dynamic=True)  # each build decides
     output = Path(output)
     base = name or Path(model).stem
     cands, skipped = plan(prof, backends, precisions, prune_levels, have_calib=bool(calib))

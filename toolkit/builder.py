@@ -16,8 +16,9 @@ import numpy as np
 
 from edgekit_agent.runners.base import RunnerError
 
-from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, tasks
+from . import __version__, cache, converters, fidelity, profiles, progress, shape_hints, shapes, tasks
 from . import bundle as bundle_mod
+from . import shape_checks as at
 from . import stream as stream_mod
 from .data import int8_needs_calibration, load_dataset, save_samples, synthetic_dataset
 from .data_formats import parse_input_values, parse_sample_axes
@@ -64,7 +65,8 @@ def build(
 ):
     """Build ``model`` for ``profile`` into the bundle directory ``output``; return the build report.
 
-    ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings.
+    ``input_shapes`` is a dict ``{input: [dims]}`` or a list of ``NAME=D1,D2`` strings; a dimension may be a range
+    ``[MIN:MAX]`` or a set ``[A,B,C]`` (docs/SHAPES.md: kept dynamic where the backend runs it, checked at each).
     ``stream`` (``{"state": "stateN"}`` or ``["state=stateN"]``): outputs fed back as inputs at the next step;
     the data are then sequences and fidelity is measured over them (:mod:`edgekit.stream`, docs/STREAMS.md).
     ``sample_axes`` (``{input: axis}`` or ``["state=1"]``): the axis of an ``.npz`` array that counts samples;
@@ -249,7 +251,9 @@ def _build_one(
         )
     bundle_mod.check_output(output)
 
-    src = load_model(model, input_shapes, shape_hints.data_reader([] if stream else [calib, val], preprocess))
+    static = shapes.static_reason(backend, be.row.dynamic_shapes, prof.backend(backend))  # edgekit.shapes
+    data_shapes = shape_hints.data_reader([] if stream else [calib, val], preprocess)
+    src = load_model(model, input_shapes, data_shapes, keep_dynamic=static is None, why_static=static)
     plan = stream_mod.plan(stream, src)  # --stream: data as sequences, each candidate run with its own state
     data_opts = {"sample_axes": parse_sample_axes(sample_axes), "input_values": parse_input_values(input_values)}
     if plan and (data_opts["sample_axes"] or data_opts["input_values"]):
@@ -257,11 +261,12 @@ def _build_one(
             "--sample-axis and --input-value do not apply to --stream data: a sequence's .npz holds each constant "
             "input once (docs/STREAMS.md)"
         )
+    specs = at.data_specs(src)
 
     def load(path, limit):
         if plan:
             return plan.load(path, src.inputs, preprocess, limit=limit)
-        return load_dataset(path, src.inputs, preprocess, limit=limit, **data_opts)
+        return load_dataset(path, specs, preprocess, limit=limit, **data_opts)
 
     calib_ds = load(calib, CALIB_SAMPLES) if calib else None
     val_ds = load(val, FIDELITY_SAMPLES) if val else None
@@ -270,9 +275,10 @@ def _build_one(
         fid_ds = (
             plan.synthetic()
             if plan
-            else synthetic_dataset(src.inputs, proto=src.proto, input_values=data_opts["input_values"])
+            else synthetic_dataset(at.typical_specs(src), proto=src.proto, input_values=data_opts["input_values"])
         )
     runs = plan.runner(be, fid_ds) if plan else be
+    points = at.PointChecks(None if plan else src, fid_ds.samples)  # a stream is checked at its data's shape
 
     if precision in (None, "auto"):
         precision = be.default_precision(prof, calib_ds is not None)
@@ -307,6 +313,7 @@ def _build_one(
             "runtime": be.runtime_version(),
             "source": src.sha256,
             "shapes": {s.name: s.shape for s in src.inputs},
+            "shape_plan": src.shapes.section(),
             "profile": prof.data,
             "backend": backend,
             "precision": precision,
@@ -351,6 +358,7 @@ def _build_one(
         session = converters.BuildSession.for_source(src)
         with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
             reference_outputs = _reference_outputs(be, reference_path, fid_ds, session)
+            points.reference(be, reference_path, session)
         inferred = tasks.resolve_task(task, reference_path, reference_outputs[0], fid_ds.samples[0])
         # the task's own metric decides where the generic gate is known to be wrong (detections, maps, sequences...);
         # a classifier inferred as such keeps the generic gate (cosine, top-1, accuracy), which is its metric
@@ -400,6 +408,16 @@ def _build_one(
                 outputs = run_on_data(step, model_path, "checking")
             last_outputs[0] = outputs
             record = judge(step, outputs, allow_degraded)
+            record = points.check(
+                step,
+                model_path,
+                record,
+                lambda path, samples: be.predict(path, samples, session=session),
+                lambda name, ref, out: fidelity.check_step(
+                    name, ref, out, None, thresholds, allow_degraded, task=judged_by, metric=user_metric
+                ),
+                log,
+            )
             steps.append(record)
             log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
             return record
@@ -440,6 +458,8 @@ def _build_one(
                 files.append(bundle_mod.file_entry(staged / fname, fname, role))
             save_samples(fid_ds, staged / "sample_inputs.npz")
             files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
+            if points.save(staged / at.SHAPE_SAMPLES):
+                files.append(bundle_mod.file_entry(staged / at.SHAPE_SAMPLES, at.SHAPE_SAMPLES, "shape_samples"))
             # What this machine computed for that sample with the final model file: the device compares.
             np.savez(staged / "expected_outputs.npz", **last_outputs[0][0])
             files.append(
@@ -455,8 +475,9 @@ def _build_one(
                 "format": result.format,
                 "model": model_name,
                 "files": files,
-                "inputs": [s.to_dict() for s in src.inputs],
+                "inputs": at.manifest_inputs(src),
                 "outputs": [s.to_dict() for s in src.outputs],
+                "shapes": src.shapes.section(),
                 "source": {"file": src.path.name, "sha256": src.sha256, "opset": src.opset},
                 "toolkit": {"name": "edgekit", "version": __version__},
                 "runtime": {"name": result.runtime, "version": result.runtime_version},
@@ -480,6 +501,11 @@ def _build_one(
                     f"  on this machine: {host_latency['built_p50_ms']:.3f} ms vs fp32 "
                     f"{host_latency['reference_p50_ms']:.3f} ms p50 ({host_latency['speedup']:.2f}x)"
                 )
+                host_latency["by_shape"] = points.time(
+                    lambda feed: _time_on_host(
+                        be, reference_path, result.model_file, feed, prof.threads, 1, 20, session
+                    )
+                )
             warnings = list(result.warnings)
             if host_latency and host_latency["speedup"] < SLOWER:
                 warnings.append(
@@ -502,6 +528,7 @@ def _build_one(
                 "source": manifest["source"],
                 "inputs": manifest["inputs"],
                 "outputs": manifest["outputs"],
+                "shapes": manifest["shapes"],
                 "files": [dict(f, size_kb=round(f["size"] / 1024, 1)) for f in files],
                 # the model file plus its external weights (OpenVINO's model.bin beside model.xml)
                 "model_size_bytes": sum(f["size"] for f in files if f["role"] in ("model", "weights")),
@@ -522,6 +549,7 @@ def _build_one(
                 "ops_graph": result.ops_graph,
                 "host_latency": host_latency,
                 "warnings": warnings
+                + ([f"static shapes: {src.shapes.note}"] if src.shapes.note else [])
                 + (
                     ["fidelity was checked on synthetic random inputs only: pass --calib or --val with real data"]
                     if fid_ds.synthetic

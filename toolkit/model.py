@@ -15,6 +15,7 @@ import onnx.numpy_helper
 from onnx import TensorProto
 
 from . import shape_hints
+from . import shapes as shapes_mod
 from .errors import ModelError
 
 ONNX_TO_NUMPY = {
@@ -82,21 +83,8 @@ def _specs(values):
 
 
 def parse_input_shapes(items):
-    """``["x=1,3,48,192", ...]`` -> ``{"x": [1, 3, 48, 192]}``."""
-    shapes = {}
-    for item in items or ():
-        name, sep, dims = item.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.split(",")]
-            if any(d <= 0 for d in shapes[name]):
-                raise ValueError
-        except ValueError:
-            raise ModelError(
-                f"bad --input-shape {item!r}: expected NAME=D1,D2,... with positive integers, e.g. x=1,3,224,224"
-            ) from None
-    return shapes
+    """``["x=1,3,48,192", "len=[8,16,32]", "y=1,[32:960]"]`` -> ``{"x": [1, 3, 48, 192], ...}`` (see edgekit.shapes)."""
+    return shapes_mod.parse_input_shapes(items)
 
 
 PORTABLE_IR = 10  # ONNX 1.16+: every opset up to 21, the 4-bit and float8 types
@@ -110,6 +98,7 @@ class SourceModel:
     proto: onnx.ModelProto
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    shapes: shapes_mod.ShapePlan | None = None  # declared shapes, the points checks run at, what stays dynamic
 
     @property
     def opset(self):
@@ -140,14 +129,121 @@ def file_sha256(path, chunk=1 << 20):
     return h.hexdigest()
 
 
-def load_model(path, input_shapes=None, data_shapes=None):
+def load_model(path, input_shapes=None, data_shapes=None, keep_dynamic=False, why_static=None):
     """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message.
 
+    ``input_shapes``: ``{input: [dims]}``, each dimension a size, a range or a set (:mod:`edgekit.shapes`).
     ``data_shapes``: a function ``input names -> {input: ([N, ...], source)}``, the shapes of the user's data
-    (:func:`edgekit.shape_hints.data_reader`), called only to
-    suggest an ``--input-shape`` when the model has dynamic dimensions (:mod:`edgekit.shape_hints`).
+    (:func:`edgekit.shape_hints.data_reader`), read for the typical sizes of dynamic dimensions and to suggest an
+    ``--input-shape`` (:mod:`edgekit.shape_hints`). ``keep_dynamic``: the backend runs dynamic shapes, so ranges,
+    sets and undeclared dynamic dimensions stay dynamic; else every dimension is fixed at its typical size
+    (``why_static`` says why, for the report). The result's ``shapes`` is the :class:`edgekit.shapes.ShapePlan`.
     """
+    proto, raw = _read(Path(path))
     path = Path(path)
+    initializers = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    declared = _declare(graph_inputs, input_shapes)
+    found = {}
+    if data_shapes is not None and any(not isinstance(d, int) for dims in declared.values() for d in dims):
+        found = data_shapes([i.name for i in graph_inputs])
+    metadata = {p.key: p.value for p in proto.metadata_props}
+    typical, free, hints = {}, {}, []
+    for inp in graph_inputs:
+        dims = declared[inp.name]
+        free[inp.name] = [i for i, d in enumerate(dims) if d is None]
+        model_shape = [_dim(d) for d in inp.type.tensor_type.shape.dim]
+        h = shape_hints.Hint(inp.name, model_shape, [i for i, d in enumerate(dims) if not isinstance(d, int)])
+        if inp.name in found:
+            shape_hints.from_data(h, *found[inp.name])
+        shape_hints.from_metadata(h, metadata)
+        shape_hints.batch_guess(h)
+        shape = []
+        for i, d in enumerate(dims):
+            if isinstance(d, int):
+                shape.append(d)
+            elif d is not None:  # a range or set: the data's size, else the middle one
+                if i in h.values and h.sources[i].startswith("from ") and not d.allows(h.values[i]):
+                    raise ModelError(
+                        f"the data for input {inp.name!r} has size {h.values[i]} at position {i}, outside the "
+                        f"declared {d} (--input-shape {inp.name}={shapes_mod.fmt(dims)}): fix the data or the range"
+                    )
+                shape.append(h.values[i] if i in h.values and d.allows(h.values[i]) else d.values()[1])
+            else:
+                shape.append(h.values.get(i, 0))
+        typical[inp.name] = shape
+        legacy = not keep_dynamic and free[inp.name] and free[inp.name] != [0]  # a static build asks for shapes
+        if legacy or (keep_dynamic and h.unknown and any(i in free[inp.name] for i in h.unknown)):
+            h.dynamic = free[inp.name]
+            h.values = {i: v for i, v in h.values.items() if i in h.dynamic}
+            hints.append(h)
+        elif not keep_dynamic and free[inp.name] == [0]:
+            typical[inp.name][0] = 1  # dynamic batch: build for batch 1
+        if keep_dynamic and free[inp.name][:1] == [0] and len(dims) >= 2:
+            dims[0] = typical[inp.name][0]  # an undeclared batch is fixed at the data's (else 1); declare a range
+            free[inp.name].remove(0)
+    if hints:
+        raise ModelError(shape_hints.message(hints, dynamic=keep_dynamic))
+    dynamic = keep_dynamic and any(not isinstance(d, int) for dims in declared.values() for d in dims)
+    plan = shapes_mod.ShapePlan(declared, typical, dynamic, free=free)
+    if not dynamic and any(not isinstance(d, int) for dims in declared.values() for d in dims) and why_static:
+        plan.note = f"{why_static}: fixed at {', '.join(f'{k}={v}' for k, v in typical.items())}"
+    for inp in graph_inputs:
+        kept = plan.kept(inp.name)
+        for i, d in enumerate(inp.type.tensor_type.shape.dim):
+            if i not in kept and not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+                d.dim_value = typical[inp.name][i]
+    # Clear stale output/value_info shapes and infer them again from the fixed inputs.
+    del proto.graph.value_info[:]
+    for out in proto.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception as e:
+        raise ModelError(f"shape inference failed on {path} with the given input shapes: {e}") from None
+    model = SourceModel(path=path, sha256=hashlib.sha256(raw).hexdigest(), proto=proto, shapes=plan)
+    model.inputs = _specs([i for i in proto.graph.input if i.name not in initializers])
+    model.outputs = _specs(proto.graph.output)
+    return model
+
+
+def _dim(d):
+    return d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+
+
+def _declare(graph_inputs, input_shapes):
+    """Per input, per dimension: the model's size, the declared size/range/set, or None (dynamic, undeclared)."""
+    shapes = {k: [shapes_mod.as_decl(d) for d in v] for k, v in (input_shapes or {}).items()}
+    unknown = set(shapes) - {i.name for i in graph_inputs}
+    if unknown:
+        raise ModelError(
+            f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}"
+        )
+    declared = {}
+    for inp in graph_inputs:
+        model_shape = [_dim(d) for d in inp.type.tensor_type.shape.dim]
+        want = shapes.get(inp.name)
+        if want is None:
+            declared[inp.name] = [d if isinstance(d, int) else None for d in model_shape]
+            continue
+        if len(want) != len(model_shape):
+            raise ModelError(
+                f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(model_shape)}"
+            )
+        for m, w in zip(model_shape, want):
+            if isinstance(m, int) and w is not None and w != m:
+                raise ModelError(
+                    f"--input-shape {inp.name}={shapes_mod.fmt(want)} conflicts with the model's shape "
+                    f"{[d if d is not None else '?' for d in model_shape]}"
+                )
+        declared[inp.name] = [m if isinstance(m, int) else w for m, w in zip(model_shape, want)]
+    return declared
+
+
+def _read(path):
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.onnx"))[:3]
         inside = f" (it holds {', '.join(found)})" if found else ""
@@ -175,58 +271,7 @@ def load_model(path, input_shapes=None, data_shapes=None):
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
         raise ModelError(f"{path} failed the ONNX checker: {first}") from None
-    initializers = {i.name for i in proto.graph.initializer}
-    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
-    shapes = dict(input_shapes or {})
-    unknown = set(shapes) - {i.name for i in graph_inputs}
-    if unknown:
-        raise ModelError(
-            f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}"
-        )
-    hints = []
-    for inp in graph_inputs:
-        dims = inp.type.tensor_type.shape.dim
-        if inp.name in shapes:
-            want = shapes[inp.name]
-            original = [
-                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims
-            ]
-            if len(want) != len(dims):
-                raise ModelError(
-                    f"--input-shape {inp.name} has {len(want)} dimensions but the model's input has {len(dims)}"
-                )
-            for d, w in zip(dims, want):
-                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
-                    raise ModelError(
-                        f"--input-shape {inp.name}={','.join(map(str, want))} "
-                        f"conflicts with the model's shape {original}"
-                    )
-                d.Clear()
-                d.dim_value = w
-        else:
-            missing = [i for i, d in enumerate(dims) if not (d.HasField("dim_value") and d.dim_value > 0)]
-            if missing == [0]:
-                dims[0].Clear()
-                dims[0].dim_value = 1  # dynamic batch: build for batch 1
-            elif missing:
-                shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else d.dim_param for d in dims]
-                hints.append(shape_hints.Hint(inp.name, shape, missing))
-    if hints:
-        raise ModelError(_dynamic_error(hints, proto, data_shapes))
-    # Clear stale output/value_info shapes and infer them again from the fixed inputs.
-    del proto.graph.value_info[:]
-    for out in proto.graph.output:
-        for d in out.type.tensor_type.shape.dim:
-            if not (d.HasField("dim_value") and d.dim_value > 0):
-                d.Clear()
-    try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception as e:
-        raise ModelError(f"shape inference failed on {path} with the given input shapes: {e}") from None
-    model = SourceModel(path=path, sha256=hashlib.sha256(raw).hexdigest(), proto=proto)
-    model.inputs = _specs([i for i in proto.graph.input if i.name not in initializers])
-    model.outputs = _specs(proto.graph.output)
-    return model
+    return proto, raw
 
 
 def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
@@ -248,19 +293,6 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
         load_external_data_for_model(proto, str(path.parent))
     except Exception as e:  # a truncated file, a bad offset
         raise ModelError(f"cannot read {path}'s external data {files}: {e}") from None
-
-
-def _dynamic_error(hints, proto, data_shapes):
-    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
-    found = data_shapes(names) if data_shapes is not None else {}
-    metadata = {p.key: p.value for p in proto.metadata_props}
-    for h in hints:
-        if h.name in found:
-            shape, source = found[h.name]
-            shape_hints.from_data(h, shape, source)
-        shape_hints.from_metadata(h, metadata)
-        shape_hints.batch_guess(h)
-    return shape_hints.message(hints)
 
 
 def operator_set(proto):

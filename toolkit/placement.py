@@ -165,7 +165,9 @@ def explain(bundle_dir, profile=None, model=None):
                     f"{model} is not the model bundle {bundle_dir} was built from (sha256 differs from "
                     f"the manifest's source {manifest['source']['file']}); pass that file to --model"
                 )
-            src = load_model(model, {s["name"]: s["shape"] for s in manifest["inputs"]})
+            shapes = {s["name"]: s["shape"] for s in manifest["inputs"]}
+            points = {p["label"]: p["shapes"] for p in (manifest.get("shapes") or {}).get("points", [])}
+            src = load_model(model, points.get("typical") or next(iter(points.values()), shapes))  # dynamic: typical
             kind, graph = "onnx", src.proto
             note = (
                 f"the source model {Path(model).name} with the bundle's input shapes (fp32); the bundle's "

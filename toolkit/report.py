@@ -7,6 +7,8 @@ The JSON shapes are described in ``report_schema.json`` (package data, versioned
 import json
 from importlib import resources
 
+from . import shape_text as shape_lines
+
 SCHEMA_VERSION = 1
 
 
@@ -61,6 +63,8 @@ def build_text(r):
                 f"      state {i}: max|err| {d['max_abs_error_at_end']:.3g} at the end of a sequence, "
                 f"{d['max_abs_error_any_step']:.3g} at any step (reference max |{i}| {d['reference_max_abs']:.3g})"
             )
+        lines += shape_lines.step(s, summary)
+    lines += shape_lines.plan(r.get("shapes"))
     ops = r.get("ops", [])
     lines.append(
         f"  operators of {r.get('ops_graph') or 'the built model'}: {sum(o['count'] for o in ops)} nodes, "
@@ -110,6 +114,7 @@ def build_text(r):
             f"  on this machine: {hl['built_p50_ms']:.3f} ms p50 vs fp32 reference {hl['reference_p50_ms']:.3f} ms "
             f"({hl['speedup']:.2f}x, {hl['threads']} threads)"
         )
+        lines += shape_lines.host(hl)
     if r.get("pruning"):
         from .passes.prune import summary as pruning_summary
 
@@ -158,6 +163,7 @@ def bench_text(r):
         f"  peak RSS     {r['peak_rss_mb']:.1f} MB",
         f"  inputs       {'synthetic random' if r.get('inputs_synthetic') else 'real sample from the build data'}",
     ]
+    lines += shape_lines.bench(r)
     for w in r.get("warnings", []):
         lines.append(f"  warning: {w}")
     return "\n".join(lines) + "\n"

@@ -137,8 +137,10 @@ def data_reader(paths: Sequence[Optional[Union[str, Path]]], preprocess: Optiona
     return read
 
 
-def message(hints: List[Hint]) -> str:
-    """The error for inputs with dynamic dimensions: each one's dimensions, and the --input-shape to pass."""
+def message(hints: List[Hint], dynamic: bool = False) -> str:
+    """The error for inputs with dynamic dimensions: each one's dimensions, and the --input-shape to pass.
+
+    ``dynamic``: the backend keeps them dynamic, but edgekit needs a size to check and benchmark the build at."""
     parts, notes, unknown = [], [], []
     for h in hints:
         shown = ",".join(str(d) if isinstance(d, int) and d > 0 else h.symbol(i) for i, d in enumerate(h.shape))
@@ -147,7 +149,13 @@ def message(hints: List[Hint]) -> str:
         notes += [f"{who}{h.symbol(i)}={h.values[i]} {h.sources[i]}" for i in h.dynamic if i in h.values]
         unknown += [f"{who}{h.symbol(i)}" for i in h.unknown]
     flags = " ".join(f"--input-shape {h.flag()}" for h in hints)
-    text = "; ".join(parts) + f". This build needs static shapes: pass {flags}"
+    need = (
+        "edgekit needs their sizes to check and benchmark the build at (they stay dynamic; a range [MIN:MAX] or a "
+        f"set [A,B,C] declares which sizes it takes): pass {flags}"
+        if dynamic
+        else f"This build needs static shapes: pass {flags}"
+    )
+    text = "; ".join(parts) + ". " + need
     if notes:
         text += f" ({'; '.join(notes)})"
     if unknown:

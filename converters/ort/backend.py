@@ -116,7 +116,8 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         op_types = {n.op_type for n in ctx.source.proto.graph.node}
 
         if ctx.precision == "fp32":
-            ctx.check("fp32 (shapes fixed)", model_path)
+            plan = getattr(ctx.source, "shapes", None)
+            ctx.check("fp32 (dynamic shapes kept)" if plan and plan.dynamic else "fp32 (shapes fixed)", model_path)
         elif ctx.precision == "fp16":
             step = "fp16 weights and activations"
             model_path, sections["kept_float"] = self._fp16_in_range(ctx, work, step)

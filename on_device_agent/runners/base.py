@@ -68,6 +68,9 @@ class Runner(object):
             s = specs[name]
             if str(a.dtype) != s["dtype"]:
                 raise RunnerError("input %r has dtype %s; the model wants %s" % (name, a.dtype, s["dtype"]))
+            problem = check_shape(name, a.shape, s.get("allowed"))
+            if problem:
+                raise RunnerError(problem)
             want = s["shape"]
             if len(a.shape) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, a.shape)):
                 raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
@@ -109,6 +112,41 @@ def as_declared(outputs, manifest):
             a = a.astype(want) if np.dtype(want).kind != "b" else a != 0
         out[name] = a
     return out
+
+
+def check_shape(name, shape, allowed):
+    """None when ``shape`` is one the manifest allows (per dimension: a size, {"min", "max"}, {"values"} or
+    None for any; ``allowed`` None: no declaration), else what is wrong: the input, the shape and the allowed ones."""
+    if allowed is None:
+        return None
+    ok = len(shape) == len(allowed)
+    for size, a in zip(shape, allowed) if ok else ():
+        if isinstance(a, int):
+            ok = ok and size == a
+        elif isinstance(a, dict) and "values" in a:
+            ok = ok and size in a["values"]
+        elif isinstance(a, dict):
+            ok = ok and a["min"] <= size <= a["max"]
+    if ok:
+        return None
+    return "input %r has shape %s, outside the shapes the bundle was built and checked for: %s" % (
+        name,
+        list(shape),
+        describe_allowed(allowed),
+    )
+
+
+def describe_allowed(allowed):
+    """``[1, {"min": 32, "max": 960}, {"values": [8, 16]}, None]`` -> ``[1, 32..960, {8,16}, any]``."""
+    out = []
+    for a in allowed:
+        if isinstance(a, dict) and "values" in a:
+            out.append("{" + ",".join(str(v) for v in a["values"]) + "}")
+        elif isinstance(a, dict):
+            out.append("%s..%s" % (a["min"], a["max"]))
+        else:
+            out.append("any" if a is None else str(a))
+    return "[" + ", ".join(out) + "]"
 
 
 def int8_products_saturate():

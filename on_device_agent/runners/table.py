@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 class Row(object):
     """One backend: what the host builds with, what the device runs with, what it can and cannot build."""
 
-    __slots__ = ("name", "host", "runner", "precisions", "refused", "runtime", "extra", "toolenv")
+    __slots__ = ("name", "host", "runner", "precisions", "refused", "runtime", "extra", "toolenv", "dynamic_shapes")
 
     def __init__(
         self,
@@ -29,6 +29,7 @@ class Row(object):
         runtime: str = "",
         extra: Optional[str] = None,
         toolenv: Optional[str] = None,
+        dynamic_shapes: bool = False,
     ) -> None:
         self.name = name  # the backend's name in profiles, bundles and on the command line
         self.host = host  # import name of the host module (it has ``BACKEND``, an edgekit.converters.Backend)
@@ -38,6 +39,9 @@ class Row(object):
         self.runtime = runtime  # the runtime's Python package (import or pip name), on host and device
         self.extra = extra  # the pip extra that installs the host runtime: pip install 'edgekit[EXTRA]'
         self.toolenv = toolenv  # the tool environment its converter (and maybe runtime) lives in, or None
+        # its built models run inputs of dynamic shape (checked with a real model: docs/SHAPES.md); False: edgekit
+        # fixes every dimension at the declared typical shape
+        self.dynamic_shapes = dynamic_shapes
 
     @property
     def builds(self) -> tuple:
@@ -73,6 +77,7 @@ BUILTIN = (
         ("fp32", "fp16", "int8", "int8-dynamic"),
         runtime="onnxruntime",
         extra="ort",
+        dynamic_shapes=True,
     ),
     Row(
         "openvino",
@@ -81,6 +86,7 @@ BUILTIN = (
         ("fp32", "fp16", "int8", "int8-weights"),
         runtime="openvino",
         extra="openvino",
+        dynamic_shapes=True,
     ),
     Row(
         "mnn",
@@ -89,6 +95,7 @@ BUILTIN = (
         ("fp32", "fp16", "int8", "int8-weights", "int4-weights"),
         runtime="MNN",
         extra="mnn",
+        dynamic_shapes=True,
     ),
     Row(
         "tflite",

@@ -39,7 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--calib", help="calibration data: .npz/.npy, or a folder of images (with --preprocess)")
     s.add_argument("--val", help="validation data for the fidelity check (default: the calibration data)")
     s.add_argument("--preprocess", help='image preprocessing, e.g. "resize=224x224 scale=1/255 mean=0.5 std=0.5"')
-    s.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", help="fix an input's shape (repeatable)")
+    s.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="NAME=D1,D2,...",
+        help="an input's shape (repeatable); a dimension may be a range [MIN:MAX] or a set [A,B,C], e.g. "
+        "x=1,3,[32:960],[32:960]: kept dynamic where the backend runs it, checked at min/typical/max (docs/SHAPES.md)",
+    )
     s.add_argument(
         "--stream",
         action="append",
