@@ -1,7 +1,7 @@
 """The runner interface (Python 3.7 syntax, no third-party imports at module level)."""
 
 import os
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 
 class RunnerError(Exception):
@@ -23,41 +23,47 @@ class Runner(object):
     runtime: Optional[str] = None  # the import / pip name of the runtime
     install_hint = ""
 
-    def __init__(self, bundle_dir, manifest, threads=None, providers=None):
+    def __init__(
+        self,
+        bundle_dir: str,
+        manifest: Dict[str, Any],
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+    ) -> None:
         self.bundle_dir = bundle_dir
         self.manifest = manifest
         self.threads = int(threads) if threads else (os.cpu_count() or 1)
         self.requested = list(providers or manifest.get("runner", {}).get("providers") or [])
-        self.load_ms = None
+        self.load_ms: Optional[float] = None
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         """The runtime's version if importable here, else None."""
         raise NotImplementedError
 
-    def model_path(self):
+    def model_path(self) -> str:
         return os.path.join(self.bundle_dir, self.manifest["model"])
 
-    def load(self):
+    def load(self) -> None:
         raise NotImplementedError
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         """``{input: ndarray}`` -> ``{output: ndarray}``."""
         raise NotImplementedError
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         """What really runs: runtime, version, accelerator, requested vs active providers, threads."""
         raise NotImplementedError
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """``{accelerator: nodes}`` measured from one profiled run of ``feeds``, or None where unknown."""
         return None
 
-    def close(self):
+    def close(self) -> None:
         pass
 
     # -- input checking shared by every runner --------------------------------
-    def check_feeds(self, feeds):
+    def check_feeds(self, feeds: Dict[str, Any]) -> None:
         """Raise RunnerError (HTTP 400) for wrong names, dtypes or shapes."""
         specs = dict((s["name"], s) for s in self.manifest["inputs"])
         unknown = sorted(set(feeds) - set(specs))
@@ -73,7 +79,7 @@ class Runner(object):
                 raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
 
 
-def int8_products_saturate():
+def int8_products_saturate() -> bool:
     """True on an x86-64 CPU without VNNI, where ONNX Runtime's fused u8s8 int8 kernels (vpmaddubsw) saturate
     their 16-bit intermediate sums; ARM dot-product kernels and VNNI do not. Unknown (not Linux): False."""
     import platform
