@@ -11,6 +11,7 @@ import threading
 import zipfile
 from importlib import resources
 from pathlib import Path
+from typing import Iterator
 
 PACKAGES = ("edgekit_agent", "edgekit_sdk")
 MAIN = (
@@ -23,7 +24,7 @@ MAIN = (
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 
-def _files(package):
+def _files(package: str) -> Iterator[tuple[str, bytes]]:
     root = resources.files(package)
     stack = [(root, package)]
     while stack:
@@ -36,7 +37,7 @@ def _files(package):
                 yield f"{prefix}/{entry.name}", entry.read_bytes()
 
 
-def build_bytes():
+def build_bytes() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         entries = [("__main__.py", MAIN.encode())]
@@ -50,7 +51,7 @@ def build_bytes():
     return b"#!/usr/bin/env python3\n" + buf.getvalue()
 
 
-def build(directory):
+def build(directory: str | Path) -> tuple[Path, str]:
     """Write the zipapp into ``directory``; return ``(path, sha256)``."""
     data = build_bytes()
     digest = hashlib.sha256(data).hexdigest()
