@@ -212,7 +212,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def own_fp32(
-    backend: ToolEnvBackend, model_path: str | Path, session: BuildSession | None = None
+    backend: Any,  # a backend with convert_fp32
+    model_path: str | Path,
+    session: BuildSession | None = None,
 ) -> tuple[str | Path, list[Callable[[], Any]], BuildSession]:
     """``(path, cleanup, session)``: what to time for ``model_path`` in ``backend``'s runtime.
 
