@@ -12,16 +12,23 @@ to the backend table (:mod:`edgekit_agent.runners.table`): its precisions, refus
 and runtime package come from that row.
 """
 
+from __future__ import annotations
+
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from edgekit_agent.runners.table import TABLE, Row
 
 from .session import BuildSession
 
 if TYPE_CHECKING:
+    from edgekit.data import Dataset
+    from edgekit.execution import Execution, Feed
+    from edgekit.model import SourceModel
+    from edgekit.passes.mixed_precision import Budget, Layer
+    from edgekit.profiles import Profile
     from edgekit.toolenvs import ToolEnvSpec
 
 
@@ -29,16 +36,16 @@ if TYPE_CHECKING:
 class BuildContext:
     """What a backend gets: everything is already loaded and validated."""
 
-    source: object  # edgekit.model.SourceModel (shapes fixed)
+    source: SourceModel  # shapes fixed
     reference_path: Path  # the source saved as ONNX, FP32, shapes fixed
-    profile: object  # edgekit.profiles.Profile
+    profile: Profile
     precision: str  # resolved: fp32 | fp16 | int8 | int8-dynamic
-    calib: object  # edgekit.data.Dataset or None
+    calib: Dataset | None
     workdir: Path
-    check: object  # check(step_name, model_path) -> fidelity record; raises FidelityError
-    log: object = print  # log(message) for progress lines
-    budget: object = None  # edgekit.passes.mixed_precision.Budget: int8 with layers kept float until it holds
-    evaluation: object = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
+    check: Callable[..., Any]  # check(step_name, model_path) -> fidelity record; raises FidelityError
+    log: Callable[[str], Any] = print  # log(message) for progress lines
+    budget: Budget | None = None  # int8 with layers kept float until it holds
+    evaluation: Dataset | None = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
     session: BuildSession = field(default_factory=BuildSession)  # what this build remembers (never shared)
     task: object = None  # edgekit.tasks.Inference: what the model is for (given or inferred)
@@ -47,7 +54,7 @@ class BuildContext:
     # check(step, model_path) of the same unchanged file reuses its outputs
     trial: object = None
 
-    def require_calibration(self, what, instead):
+    def require_calibration(self, what: str, instead: str) -> None:
         """Refuse calibrated quantization without real data from the user's domain."""
         if self.calib is None or self.calib.synthetic:
             from edgekit.errors import DataError
@@ -105,31 +112,31 @@ class Backend(abc.ABC):
             raise ConversionError(f"{self.name} {precision} refused: {reason}")
 
     @abc.abstractmethod
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         """``(ok: bool, detail: str)`` for ``edgekit doctor``: version, or why not."""
 
-    def ensure_available(self):
+    def ensure_available(self) -> None:
         from edgekit.errors import BackendUnavailable
 
         ok, detail = self.availability()
         if not ok:
             raise BackendUnavailable(f"backend {self.name!r} is not usable here: {self.explain_unavailable(detail)}")
 
-    def explain_unavailable(self, detail):
+    def explain_unavailable(self, detail: str) -> str:
         """What to tell when ``availability()`` said no: its detail, plus how to install the runtime where the
         runtime is what is missing (a backend whose detail already says what to do overrides this)."""
         return f"{detail}. {self.install_hint}" if self.install_hint else detail
 
     @abc.abstractmethod
-    def runtime_version(self):
+    def runtime_version(self) -> str | None:
         """The runtime version the build targets (written into the manifest)."""
 
     @abc.abstractmethod
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         """What the profile's device runs fast, given whether calibration data exists."""
 
     @abc.abstractmethod
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         """Convert and shrink ``ctx.reference_path``; return a BuildResult."""
 
     # -- running models on the host (edgekit.execution) -------------------------------
@@ -137,13 +144,19 @@ class Backend(abc.ABC):
         """Intra-op threads ONNX Runtime runs the reference with for this backend (None: its default)."""
         return threads
 
-    def reference_outputs(self, model_path, samples, threads=None, session=None) -> list:
+    def reference_outputs(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """The ONNX reference run by ONNX Runtime on the CPU: list of output dicts, one per sample."""
         from edgekit.execution import reference_outputs
 
         return reference_outputs(model_path, samples, self.reference_threads(threads))
 
-    def manifest_for(self, model_path, session=None) -> dict:
+    def manifest_for(self, model_path: str | Path, session: BuildSession | None = None) -> dict:
         """What the agent's runner needs about ``model_path``: registered by the build (``session``), else the
         bundle's manifest beside it, else the source's inputs and outputs (a file of this build, unregistered),
         else nothing (a runner that reads what it needs from the model file)."""
@@ -158,20 +171,28 @@ class Backend(abc.ABC):
         except ConversionError:
             return session.default_manifest() if session is not None else {"inputs": [], "outputs": [], "runner": {}}
 
-    def execution(self, model_path, threads=None, session=None):
+    def execution(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> Execution:
         """``model_path`` loaded as the device runs it (an :class:`edgekit.execution.Execution`): by default the
         agent's own runner in this Python. A backend whose runtime lives in a tool environment overrides this."""
         from edgekit.execution import in_process
 
         return in_process(self.name, model_path, self.manifest_for(model_path, session), threads)
 
-    def predict(self, model_path, samples, threads=None, session=None) -> list:
+    def predict(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """Run a built model on the host with the device's runner: list of output dicts, one per sample."""
         from edgekit.execution import predict
 
         return predict(self.execution(model_path, threads, session), samples)
 
-    def runner(self, model_path, threads=None, session=None):
+    def runner(self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None) -> Any:
         """A callable ``run(feed)`` for the built model on the host (for timing), with ``close()``."""
         return self.execution(model_path, threads, session)
 
@@ -187,13 +208,13 @@ class Backend(abc.ABC):
             found = False
         return {} if found else None
 
-    def local_device_python(self):
+    def local_device_python(self) -> str | None:
         """The Python that runs the agent for ``deploy --local`` when the runtime lives in a tool environment
         (the host Python cannot import it), or None for the host's own Python."""
         return None
 
     # -- mixed precision (optional) ------------------------------------------------
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         """INT8-quantize ``ctx.reference_path`` with the layers in ``exclude`` kept in float; return the file.
 
         ``exclude`` holds :class:`edgekit.passes.mixed_precision.Layer` objects: weighted layers of the
@@ -211,9 +232,9 @@ class Backend(abc.ABC):
             "or --precision fp16"
         )
 
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """``{layer.name: the backend's name for it, or None where its graph has no such layer}``."""
         return {layer.name: layer.name for layer in layers}
 
-    def supports_mixed_precision(self):
+    def supports_mixed_precision(self) -> bool:
         return type(self).quantize is not Backend.quantize

@@ -11,6 +11,8 @@ from the environment's state, host inference through a worker, timing runners th
 close) their worker, and the fp32 build of a reference model in the same runtime for timing.
 """
 
+from __future__ import annotations
+
 import io
 import json
 import os
@@ -25,11 +27,16 @@ import time
 import weakref
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence
 
 from edgekit_sdk import wire
 
 from .base import Backend
 from .session import BuildSession
+
+if TYPE_CHECKING:
+    from edgekit.execution import Execution, Feed
+    from edgekit.toolenvs import ToolEnvSpec
 
 WORKER = Path(__file__).resolve().parent / "tools" / "runner_worker.py"
 LOAD_TIMEOUT = 600  # s for the runtime to load a model; a runtime that hangs longer is stopped
@@ -44,8 +51,16 @@ class RunnerWorker:
     """
 
     def __init__(
-        self, spec, backend, model_path, manifest, threads=None, log=None, load_timeout=None, run_timeout=None
-    ):
+        self,
+        spec: ToolEnvSpec,
+        backend: str,
+        model_path: str | Path,
+        manifest: dict,
+        threads: int | None = None,
+        log: Callable[[str], Any] | None = None,
+        load_timeout: float | None = None,
+        run_timeout: float | None = None,
+    ) -> None:
         from edgekit import agent_package, toolenvs
         from edgekit.cache import cache_root
 
@@ -53,7 +68,7 @@ class RunnerWorker:
         pyz, _ = agent_package.build(cache_root() / "agent")
         self.spec, self.model_path = spec, Path(model_path)
         self.run_timeout = run_timeout or RUN_TIMEOUT
-        self.stderr = deque(maxlen=40)
+        self.stderr: deque[str] = deque(maxlen=40)
         self._buf = bytearray()
         env = dict(os.environ, **dict(spec.env))
         # unbuffered pipes: answers are read here with a deadline (select), which a buffered reader would defeat
@@ -86,17 +101,17 @@ class RunnerWorker:
             raise
         self.describe = head.get("describe", {})
 
-    def __enter__(self):
+    def __enter__(self) -> RunnerWorker:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def pid(self):
+    def pid(self) -> int:
         return self.proc.pid
 
-    def _fail(self, what):
+    def _fail(self, what: str) -> NoReturn:
         from edgekit.errors import ConversionError
 
         code = self.proc.poll()
@@ -106,9 +121,9 @@ class RunnerWorker:
             f"{self.spec.name}: running {self.model_path.name} in the tool environment failed{died}: {what}\n    {tail}"
         )
 
-    def _fill(self, deadline, timeout):
+    def _fill(self, deadline: float, timeout: float) -> None:
         """Read what the worker has sent into the buffer, waiting at most until ``deadline``."""
-        fd = self.proc.stdout.fileno()
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         left = deadline - time.monotonic()
         ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
         if not ready:
@@ -119,18 +134,20 @@ class RunnerWorker:
             self._fail("no answer (the worker closed its output)")
         self._buf += chunk
 
-    def _read_exact(self, n, deadline, timeout):
+    def _read_exact(self, n: int, deadline: float, timeout: float) -> bytes:
         while len(self._buf) < n:
             self._fill(deadline, timeout)
         data = bytes(self._buf[:n])
         del self._buf[:n]
         return data
 
-    def _call(self, head, arrays=(), timeout=None):
+    def _call(
+        self, head: dict[str, Any], arrays: Iterable[tuple[str, Any]] = (), timeout: float | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         timeout = timeout or self.run_timeout
         try:
             try:
-                self.proc.stdin.write(wire.encode_tensors(dict(arrays), meta=head))
+                self.proc.stdin.write(wire.encode_tensors(dict(arrays), meta=head))  # type: ignore[union-attr]
             except (BrokenPipeError, OSError) as e:
                 self._fail(f"{type(e).__name__}: {e}")
             deadline = time.monotonic() + timeout
@@ -148,20 +165,20 @@ class RunnerWorker:
             _kill(self.proc)
             raise
 
-    def run(self, feed):
+    def run(self, feed: Feed) -> dict[str, Any]:
         return self._call({"cmd": "run"}, sorted(feed.items()))[1]
 
     __call__ = run
 
     @property
-    def runtime(self):
+    def runtime(self) -> str:
         return self.describe.get("runtime", "")
 
-    def close(self):
+    def close(self) -> None:
         self._finalizer()
 
 
-def _pump(stream, tail):
+def _pump(stream: io.RawIOBase, tail: deque[str]) -> None:
     try:
         with io.BufferedReader(stream) as lines:
             for line in lines:
@@ -170,7 +187,7 @@ def _pump(stream, tail):
         pass
 
 
-def _kill(proc):
+def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -179,22 +196,26 @@ def _kill(proc):
         proc.wait()
 
 
-def _stop(proc):
+def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
-            proc.stdin.write(wire.encode_tensors({}, meta={"cmd": "close"}))
-            proc.stdin.flush()
+            proc.stdin.write(wire.encode_tensors({}, meta={"cmd": "close"}))  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
             proc.wait(timeout=10)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             _kill(proc)
     for f in (proc.stdin, proc.stdout):
         try:
-            f.close()
+            f.close()  # type: ignore[union-attr]
         except OSError:
             pass
 
 
-def own_fp32(backend, model_path, session=None):
+def own_fp32(
+    backend: Any,  # a backend with convert_fp32
+    model_path: str | Path,
+    session: BuildSession | None = None,
+) -> tuple[str | Path, list[Callable[[], Any]], BuildSession]:
     """``(path, cleanup, session)``: what to time for ``model_path`` in ``backend``'s runtime.
 
     A built model is itself; an ONNX reference is the runtime's fp32 build of it: the one this
@@ -219,13 +240,13 @@ def own_fp32(backend, model_path, session=None):
 class HostRunner:
     """``run(feed)`` for timing on the host, with ``close()`` for what it holds (a worker, a temporary build)."""
 
-    def __init__(self, run, close=(), runtime=""):
+    def __init__(self, run: Callable[[Feed], dict], close: Iterable[Callable[[], Any]] = (), runtime: str = "") -> None:
         self._run, self._close, self.runtime = run, list(close), runtime
 
-    def __call__(self, feed):
+    def __call__(self, feed: Feed) -> dict:
         return self._run(feed)
 
-    def close(self):
+    def close(self) -> None:
         while self._close:
             self._close.pop()()
 
@@ -242,7 +263,7 @@ class ToolEnvBackend(Backend):
     ready_detail = ""
     noise: tuple[str, ...] = ()
 
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         from edgekit import toolenvs
 
         st = toolenvs.state(self.toolenv)
@@ -252,21 +273,21 @@ class ToolEnvBackend(Backend):
             return False, st["detail"]
         return True, st["detail"]
 
-    def explain_unavailable(self, detail):
+    def explain_unavailable(self, detail: str) -> str:
         # unusable only without an interpreter for the environment: the detail already says how to get one
         return detail
 
-    def local_device_python(self):
+    def local_device_python(self) -> str | None:
         """``deploy --local``: the agent runs under the tool environment's Python (created if missing)."""
         from edgekit import toolenvs
 
         return toolenvs.ensure(self.toolenv, log=None)
 
     # -- host-side inference ----------------------------------------------------------
-    def reference_threads(self, threads):
+    def reference_threads(self, threads: int | None) -> int:
         return threads or min(4, os.cpu_count() or 1)
 
-    def manifest_for(self, model_path, session=None):
+    def manifest_for(self, model_path: str | Path, session: BuildSession | None = None) -> dict:
         """Registered by the build (``session``), else the bundle's manifest beside the model: the runners of
         these runtimes need the inputs and the runner options."""
         from edgekit.execution import manifest_beside
@@ -274,21 +295,33 @@ class ToolEnvBackend(Backend):
         entry = session.manifest_for(model_path) if session is not None else None
         return entry if entry is not None else manifest_beside(model_path)
 
-    def execution(self, model_path, threads=None, session=None):
+    def execution(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> Execution:
         """The agent's runner in the tool environment's Python (a worker process)."""
         from edgekit.execution import in_toolenv
 
         return in_toolenv(self.toolenv, self.name, model_path, self.manifest_for(model_path, session), threads)
 
-    def worker(self, model_path, threads=None, session=None):
+    def worker(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> Execution:
         return self.execution(model_path, threads, session)
 
-    def predict(self, model_path, samples, threads=None, session=None):
+    def predict(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         if str(model_path).endswith(".onnx"):
             return self.reference_outputs(model_path, samples, threads, session)
         return super().predict(model_path, samples, threads, session)
 
-    def runner(self, model_path, threads=None, session=None):
+    def runner(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> HostRunner:
         """For timing on the host; close it when done. An ONNX reference is timed as this runtime's own fp32 build
         of it (made by this build, or converted now when this build did not make one, e.g. for the unpruned model
         of a pruned build), so a comparison is runtime against runtime."""
@@ -301,12 +334,12 @@ class ToolEnvBackend(Backend):
             raise
         return HostRunner(worker.run, cleanup + [worker.close], runtime=self.runtime)
 
-    def convert_fp32(self, onnx_path, workdir, session=None):
+    def convert_fp32(self, onnx_path: str | Path, workdir: str | Path, session: BuildSession | None = None) -> Path:
         """Convert ``onnx_path`` to this runtime's fp32 model for this host in ``workdir``; register it in
         ``session``; return it."""
         raise NotImplementedError
 
-    def quiet(self, log):
+    def quiet(self, log: Callable[[str], Any]) -> Callable[[str], None]:
         """Tool output for the log: to a Progress's ``detail`` whole (shown with --verbose), to a plain log
         without the converters' progress chatter."""
         from edgekit.progress import Progress
@@ -315,14 +348,16 @@ class ToolEnvBackend(Backend):
             return lambda line: log.detail(f"    {line}") if line.strip() else None
         noise = self.noise
 
-        def out(line):
+        def out(line: str) -> None:
             if line.strip() and not any(k in line for k in noise):
                 log(f"    {line}")
 
         return out
 
 
-def onnx_predict(model_path, samples, threads=None):
+def onnx_predict(
+    model_path: str | Path, samples: Sequence[Feed], threads: int | None = None
+) -> tuple[Any, list[str], list[dict]]:
     """The ONNX reference, run by onnxruntime on the host: ``(session, output names, outputs)``."""
     from edgekit.execution import reference_session, session_outputs
 

@@ -5,20 +5,21 @@ import json
 import os
 import signal
 import sys
+from typing import Any, Dict, List, Optional
 
 from . import API_VERSION, __version__
 
 DEFAULT_ROOT = "~/.cache/edgekit/device"
 
 
-def _token(args):
+def _token(args: argparse.Namespace) -> Optional[str]:
     if getattr(args, "token_file", None):
         with open(args.token_file) as f:
             return f.read().strip()
     return os.environ.get("EDGEKIT_AGENT_TOKEN") or None
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="edgekit-agent", description="edgekit on-device agent %s" % __version__)
     sub = p.add_subparsers(dest="cmd")
     for name in ("serve", "start"):
@@ -163,7 +164,7 @@ def main(argv=None):
         host, port = server.server_address[:2]
         from .daemon import own_zip_sha256
 
-        state = {
+        state: Dict[str, Any] = {
             "pid": os.getpid(),
             "host": host,
             "port": port,
@@ -177,25 +178,25 @@ def main(argv=None):
             "encrypt": sealer.describe() if sealer else None,
         }
 
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: Any) -> None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not break the clean-up
             raise KeyboardInterrupt()
 
         signal.signal(signal.SIGTERM, on_term)
         write_state(args.root, state)
-        sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))
+        sys.stderr.write("edgekit-agent %s listening on %s:%d (root %s)\n" % (__version__, host, port, state["root"]))  # type: ignore[str-bytes-safe]
         sys.stderr.flush()
         import threading
 
-        def restore():
+        def restore() -> None:
             sealed = server.service.store.seal_existing()  # versions installed before the key (and their copies)
             if sealed:
                 sys.stderr.write("encrypted at rest: %s\n" % ", ".join(sealed))
             server.service.restore()
 
-        restore = threading.Thread(target=restore, name="restore-models")
-        restore.daemon = True
-        restore.start()
+        restorer = threading.Thread(target=restore, name="restore-models")
+        restorer.daemon = True
+        restorer.start()
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
@@ -242,7 +243,7 @@ def main(argv=None):
     return 2
 
 
-def _sealer(args):
+def _sealer(args: argparse.Namespace) -> Any:
     """The at-rest key (``--encrypt-key``, else the remembered one), checked before anything runs; exit 2 if bad."""
     from . import atrest
 
@@ -257,7 +258,7 @@ def _sealer(args):
     return sealer
 
 
-def _breaker(parser, spec, spec_out=False):
+def _breaker(parser: argparse.ArgumentParser, spec: str, spec_out: bool = False) -> Any:
     """``--breaker KEY=N,...`` checked (a bad one stops ``start`` before anything runs)."""
     from .breaker import parse_spec
 

@@ -22,7 +22,7 @@ def batch_capable(manifest: Dict[str, Any]) -> bool:
 class _Item(object):
     __slots__ = ("feeds", "done", "outputs", "error", "t0", "t1", "size")
 
-    def __init__(self, feeds):
+    def __init__(self, feeds: Dict[str, Any]) -> None:
         self.feeds = feeds
         self.done = False
         self.outputs: Optional[Dict[str, Any]] = None
@@ -77,10 +77,10 @@ class Batcher(object):
         return item.outputs, item.t0, item.t1, item.size
 
     @staticmethod
-    def _key(feeds):
+    def _key(feeds: Dict[str, Any]) -> Tuple[Any, ...]:
         return tuple(sorted((n, str(a.dtype), a.shape[1:]) for n, a in feeds.items()))
 
-    def _run(self, model, batch):
+    def _run(self, model: Any, batch: List[_Item]) -> None:
         groups: Dict[Any, List[_Item]] = {}
         for it in batch:
             groups.setdefault(self._key(it.feeds), []).append(it)
@@ -92,7 +92,7 @@ class Batcher(object):
                     it.error = e
 
     @staticmethod
-    def _run_group(model, items):
+    def _run_group(model: Any, items: List[_Item]) -> None:
         import numpy as np
 
         sizes = [next(iter(it.feeds.values())).shape[0] for it in items]

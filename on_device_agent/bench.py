@@ -12,9 +12,10 @@ import platform
 import socket
 import time
 from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Tuple
 
 
-def percentile(sorted_values, q):
+def percentile(sorted_values: List[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not sorted_values:
         return float("nan")
@@ -24,7 +25,7 @@ def percentile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def stats(values_ms):
+def stats(values_ms: List[float]) -> Dict[str, Any]:
     v = sorted(values_ms)
     n = len(v)
     mean = sum(v) / n
@@ -41,7 +42,7 @@ def stats(values_ms):
     }
 
 
-def _proc_status(key):
+def _proc_status(key: str) -> Optional[float]:
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -52,11 +53,11 @@ def _proc_status(key):
     return None
 
 
-def rss_mb():
+def rss_mb() -> Optional[float]:
     return _proc_status("VmRSS")
 
 
-def peak_rss_mb():
+def peak_rss_mb() -> Optional[float]:
     peak = _proc_status("VmHWM")
     if peak is None:
         import resource
@@ -66,7 +67,7 @@ def peak_rss_mb():
     return peak
 
 
-def device_info():
+def device_info() -> Dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "system": platform.system(),
@@ -77,7 +78,7 @@ def device_info():
     }
 
 
-def load_inputs(bundle_dir, manifest):
+def load_inputs(bundle_dir: str, manifest: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
     """The bundle's real sample (``sample_inputs.npz``) if it has one, else random data."""
     import numpy as np
 
@@ -98,7 +99,7 @@ def load_inputs(bundle_dir, manifest):
     return feeds, True
 
 
-def compare_expected(bundle_dir, outputs, min_cosine=0.99):
+def compare_expected(bundle_dir: str, outputs: Dict[str, Any], min_cosine: float = 0.99) -> Optional[Dict[str, Any]]:
     """The device's outputs for the bundle's sample against what the build machine computed with the same
     model file: catches runtimes that quietly compute garbage (kernels for another CPU, broken delegates)."""
     import numpy as np
@@ -135,7 +136,7 @@ def compare_expected(bundle_dir, outputs, min_cosine=0.99):
     }
 
 
-def bench_shapes(runner, bundle_dir, runs, warmup):
+def bench_shapes(runner: Any, bundle_dir: str, runs: int, warmup: int) -> List[Dict[str, Any]]:
     """Timings at each declared shape the build checked besides the sample's (``shape_samples.npz``, keys
     ``LABEL.INPUT``): ``[{"label", "shapes", "runs", "latency_ms"}]``, or [] for a bundle of one shape."""
     import numpy as np
@@ -162,7 +163,15 @@ def bench_shapes(runner, bundle_dir, runs, warmup):
     return out
 
 
-def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers=None, placement=True):
+def run_bench(
+    bundle_dir: str,
+    manifest: Dict[str, Any],
+    runs: int = 100,
+    warmup: int = 10,
+    threads: Optional[int] = None,
+    providers: Optional[List[str]] = None,
+    placement: bool = True,
+) -> Dict[str, Any]:
     import sys
 
     from . import runners
@@ -228,7 +237,15 @@ def run_bench(bundle_dir, manifest, runs=100, warmup=10, threads=None, providers
     return report
 
 
-def main_bench(bundle_dir, runs, warmup, threads, providers, as_json, placement=True):
+def main_bench(
+    bundle_dir: str,
+    runs: int,
+    warmup: int,
+    threads: Optional[int],
+    providers: Optional[List[str]],
+    as_json: bool,
+    placement: bool = True,
+) -> int:
     with open(os.path.join(bundle_dir, "manifest.json")) as f:
         manifest = json.load(f)
     report = run_bench(bundle_dir, manifest, runs, warmup, threads, providers, placement)

@@ -86,7 +86,7 @@ class Breaker(object):
             return True
         return False
 
-    def _trim(self, now):
+    def _trim(self, now: float) -> None:
         while self.window and (now - self.window[0][0] > self.limits["window_s"] or len(self.window) > MAX_WINDOW):
             self.window.popleft()
 
@@ -126,7 +126,7 @@ class Breaker(object):
             return self._open(now, "p99 %.1f ms > %.1f ms" % (s["p99_ms"], self.limits["p99_ms"]))
         return None
 
-    def _open(self, now, reason):
+    def _open(self, now: float, reason: str) -> Tuple[str, str]:
         self.state, self.reason, self.opened_at = "open", reason, now
         self.window.clear()
         return ("open", reason)
@@ -159,7 +159,7 @@ class Breakers(object):
         with self._lock:
             return dict(self._limits.get(name, self.defaults))
 
-    def _get(self, name, version):
+    def _get(self, name: str, version: str) -> Breaker:
         b = self._breakers.get((name, version))
         if b is None:
             b = self._breakers[(name, version)] = Breaker(self._limits.get(name, self.defaults), self.clock)

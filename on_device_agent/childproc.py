@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import AgentError
 from .store import StoreError
@@ -42,12 +42,12 @@ def memory_limit_bytes() -> Optional[int]:
         return None
 
 
-def _limits(limit):
+def _limits(limit: Optional[int]) -> Callable[[], None]:
     """What the child runs before it starts: everything it needs is imported here, in the agent."""
     try:
         import resource
     except ImportError:
-        resource = None
+        resource = None  # type: ignore[assignment]
     try:
         import ctypes
 
@@ -55,7 +55,7 @@ def _limits(limit):
     except (ImportError, OSError, AttributeError):
         prctl = None
 
-    def apply():
+    def apply() -> None:
         if resource is not None and limit:
             try:
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -67,7 +67,7 @@ def _limits(limit):
     return apply
 
 
-def _kill_group(proc):
+def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:

@@ -15,20 +15,20 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 
 
-def state_path(root):
+def state_path(root: str) -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "state.json")
 
 
-def log_path(root):
+def log_path(root: str) -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(root)), "agent", "agent.log")
 
 
-def write_state(root, state):
+def write_state(root: str, state: Dict[str, Any]) -> None:
     path = state_path(root)
     d = os.path.dirname(path)
     if not os.path.isdir(d):
@@ -39,7 +39,7 @@ def write_state(root, state):
     os.replace(tmp, path)
 
 
-def read_state(root):
+def read_state(root: str) -> Optional[Dict[str, Any]]:
     try:
         with open(state_path(root)) as f:
             return json.load(f)
@@ -47,7 +47,7 @@ def read_state(root):
         return None
 
 
-def alive(pid):
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except OSError:
@@ -60,7 +60,7 @@ def alive(pid):
         return True
 
 
-def _healthy(state, timeout=2.0):
+def _healthy(state: Dict[str, Any], timeout: float = 2.0) -> bool:
     import http.client
 
     try:
@@ -80,7 +80,7 @@ def _healthy(state, timeout=2.0):
         return False
 
 
-def _is_agent(state):
+def _is_agent(state: Dict[str, Any]) -> bool:
     """The pid in the state file is this root's agent (not a reused pid after a crash or reboot)."""
     pid = state.get("pid", -1)
     if not alive(pid):
@@ -93,7 +93,7 @@ def _is_agent(state):
         return _healthy(state)
 
 
-def own_zip_sha256():
+def own_zip_sha256() -> Optional[str]:
     """sha256 of the zipapp this agent runs from (None when not run from one)."""
     from .childproc import self_command
 
@@ -119,7 +119,7 @@ def with_token(state: Dict[str, Any], root: str) -> Dict[str, Any]:
     return state
 
 
-def status(root):
+def status(root: str) -> Dict[str, Any]:
     state = read_state(root)
     if state and _is_agent(state) and _healthy(state):
         state["running"] = True
@@ -131,21 +131,21 @@ CRASH_LIMIT = 5
 CRASH_WINDOW = 60.0
 
 
-def supervise(serve_cmd, root):
+def supervise(serve_cmd: Sequence[str], root: str) -> int:
     """Run ``serve_cmd`` until it exits cleanly; start it again after a crash (same port)."""
     import subprocess
 
-    child = [None]
+    child: List[Any] = [None]  # the server process while one runs
     stopping = [False]
 
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: Any) -> None:
         stopping[0] = True
         if child[0] is not None and child[0].poll() is None:
             child[0].terminate()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the host hanging up is not a reason to stop
-    crashes = []
+    crashes: List[float] = []
     restarts = 0
     cmd = list(serve_cmd)
     env = dict(os.environ, EDGEKIT_SUPERVISOR_PID=str(os.getpid()))
@@ -180,7 +180,7 @@ def supervise(serve_cmd, root):
             return 0
 
 
-def _is_supervisor(pid):
+def _is_supervisor(pid: Optional[int]) -> bool:
     if not pid or not alive(pid):
         return False
     try:
@@ -190,14 +190,14 @@ def _is_supervisor(pid):
         return True
 
 
-def _wait_gone(pids, timeout):
+def _wait_gone(pids: Sequence[Optional[int]], timeout: float) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline and any(alive(p) for p in pids if p):
         time.sleep(0.05)
     return not any(alive(p) for p in pids if p)
 
 
-def stop(root, timeout=10.0):
+def stop(root: str, timeout: float = 10.0) -> Dict[str, Any]:
     """Stop the agent serving ``root``: its supervisor (so nothing restarts it), then the server."""
     state = read_state(root)
     if not state:
@@ -226,7 +226,15 @@ def stop(root, timeout=10.0):
     return {"stopped": True, "pid": pid, "supervisor_pid": sup, "forced": forced}
 
 
-def start(root, host="127.0.0.1", port=0, token_file=None, timeout=30.0, extra=(), encrypt_key=None):
+def start(
+    root: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token_file: Optional[str] = None,
+    timeout: float = 30.0,
+    extra: Sequence[str] = (),
+    encrypt_key: Optional[str] = None,
+) -> Dict[str, Any]:
     current = status(root)
     if current.get("running"):
         same_code = current.get("zip_sha256") == own_zip_sha256() and current.get("version") == __version__

@@ -16,7 +16,7 @@ def max_threads() -> int:
     return max(4, 4 * (os.cpu_count() or 1))
 
 
-def _int(knob, value, low, high, default=None):
+def _int(knob: str, value: Any, low: int, high: int, default: Optional[int] = None) -> Optional[int]:
     """A request knob: an integer in [low, high] (None -> default), else 400 saying which and why."""
     if value is None:
         return default

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 LATENCY_BUCKETS_S = (
     0.0001,
@@ -23,7 +24,7 @@ LATENCY_BUCKETS_S = (
 )
 
 
-def _labels(names, values):
+def _labels(names: Sequence[str], values: Sequence[Any]) -> str:
     return ",".join(
         '%s="%s"' % (n, str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
         for n, v in zip(names, values)
@@ -31,16 +32,18 @@ def _labels(names, values):
 
 
 class Metrics(object):
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.started = time.time()
-        self.latency = {}  # (model, version, backend, accelerator) -> [bucket counts..., sum, count]
-        self.queue = {}  # same key -> [bucket counts..., sum, count]
-        self.requests = {}  # (model, outcome) -> count
-        self.loads = {}  # (model, version) -> count
+        self.latency: Dict[
+            Tuple[str, ...], List[float]
+        ] = {}  # (model, version, backend, accelerator) -> [bucket counts..., sum, count]
+        self.queue: Dict[Tuple[str, ...], List[float]] = {}  # same key -> [bucket counts..., sum, count]
+        self.requests: Dict[Tuple[str, str], int] = {}  # (model, outcome) -> count
+        self.loads: Dict[Tuple[str, str], int] = {}  # (model, version) -> count
 
     @staticmethod
-    def _observe(table, key, seconds):
+    def _observe(table: Dict[Tuple[str, ...], List[float]], key: Tuple[str, ...], seconds: float) -> None:
         h = table.get(key)
         if h is None:
             h = table[key] = [0] * len(LATENCY_BUCKETS_S) + [0.0, 0]
@@ -50,7 +53,16 @@ class Metrics(object):
         h[-2] += seconds
         h[-1] += 1
 
-    def request(self, model, version, backend, accelerator, outcome, infer_ms=None, queue_ms=None):
+    def request(
+        self,
+        model: str,
+        version: Optional[str],
+        backend: Optional[str],
+        accelerator: Optional[str],
+        outcome: str,
+        infer_ms: Optional[float] = None,
+        queue_ms: Optional[float] = None,
+    ) -> None:
         with self.lock:
             self.requests[(model, outcome)] = self.requests.get((model, outcome), 0) + 1
             key = (model, version or "", backend or "", accelerator or "")
@@ -59,11 +71,11 @@ class Metrics(object):
             if queue_ms is not None:
                 self._observe(self.queue, key, queue_ms / 1000.0)
 
-    def load(self, model, version):
+    def load(self, model: str, version: str) -> None:
         with self.lock:
             self.loads[(model, version)] = self.loads.get((model, version), 0) + 1
 
-    def _histogram(self, out, name, help_text, table):
+    def _histogram(self, out: List[str], name: str, help_text: str, table: Dict[Tuple[str, ...], List[float]]) -> None:
         out.append("# HELP %s %s" % (name, help_text))
         out.append("# TYPE %s histogram" % name)
         names = ("model", "version", "backend", "accelerator")
@@ -75,8 +87,8 @@ class Metrics(object):
             out.append("%s_sum{%s} %r" % (name, base, h[-2]))
             out.append("%s_count{%s} %d" % (name, base, h[-1]))
 
-    def render(self, telemetry_stats=None, loaded=0):
-        out = []
+    def render(self, telemetry_stats: Optional[Dict[str, Any]] = None, loaded: int = 0) -> str:
+        out: List[str] = []
         with self.lock:
             self._histogram(
                 out,

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import atrest
 from .storefiles import (  # noqa: F401  (re-exported: the store's API)
@@ -38,7 +38,7 @@ def uncached(manifest: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class Store(Uploads):
-    def __init__(self, root, sealer=None):
+    def __init__(self, root: str, sealer: Any = None) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.sealer = sealer  # an atrest.Sealer: installed files are encrypted at rest
         self.models_dir = os.path.join(self.root, "models")
@@ -46,10 +46,10 @@ class Store(Uploads):
             os.makedirs(self.models_dir)
         self._lock = threading.RLock()
 
-    def _model_dir(self, name):
+    def _model_dir(self, name: str) -> str:
         return os.path.join(self.models_dir, check_name("model name", name))
 
-    def _point_current(self, name, version, how="install"):
+    def _point_current(self, name: str, version: str, how: str = "install") -> None:
         """Switch ``current`` atomically (and durably); the history line says how (install | rollback)."""
         model_dir = self._model_dir(name)
         tmp = os.path.join(model_dir, ".current.tmp")
@@ -63,7 +63,7 @@ class Store(Uploads):
             f.flush()
             os.fsync(f.fileno())
 
-    def _prune(self, name, keep):
+    def _prune(self, name: str, keep: Sequence[Optional[str]]) -> None:
         versions_dir = os.path.join(self._model_dir(name), "versions")
         history = self.history(name)
         order = [v for v in reversed(history) if v in os.listdir(versions_dir)]
@@ -77,7 +77,7 @@ class Store(Uploads):
                 shutil.rmtree(os.path.join(versions_dir, v), ignore_errors=True)
 
     # -- queries ------------------------------------------------------------
-    def history(self, name, installs_only=False):
+    def history(self, name: str, installs_only: bool = False) -> List[str]:
         """Versions in the order they became current (``installs_only``: leave out rollbacks)."""
         p = os.path.join(self._model_dir(name), "history")
         if not os.path.isfile(p):
@@ -86,13 +86,13 @@ class Store(Uploads):
             rows = [line.split() for line in f if line.strip()]
         return [r[0] for r in rows if not (installs_only and len(r) > 1)]
 
-    def current_version(self, name):
+    def current_version(self, name: str) -> Optional[str]:
         link = os.path.join(self._model_dir(name), "current")
         if not os.path.islink(link):
             return None
         return os.path.basename(os.readlink(link))
 
-    def current(self, name):
+    def current(self, name: str) -> Tuple[str, str, Dict[str, Any]]:
         """``(version, directory, manifest)`` of what the model serves now; StoreError 404 if none."""
         version = self.current_version(name)
         if version is None:
@@ -111,7 +111,7 @@ class Store(Uploads):
             ) from None
         return version, d, manifest
 
-    def _intact(self, directory):
+    def _intact(self, directory: str) -> bool:
         try:
             with open(os.path.join(directory, "manifest.json")) as f:
                 manifest = json.load(f)
@@ -149,7 +149,9 @@ class Store(Uploads):
         for entry in manifest["files"]:
             self._plain(directory, manifest, entry)
 
-    def _plain(self, directory, manifest, entry, out=None):
+    def _plain(
+        self, directory: str, manifest: Dict[str, Any], entry: Dict[str, Any], out: Optional[str] = None
+    ) -> None:
         """Check one file; a sealed one is decrypted, and its plain bytes written to ``out`` when given."""
         p = os.path.join(directory, entry["name"])
         version = manifest.get("id") or os.path.basename(directory)
@@ -245,7 +247,7 @@ class Store(Uploads):
                     done.append("%s/%s" % (name, version))
         return done
 
-    def remove(self, name):
+    def remove(self, name: str) -> Dict[str, Any]:
         """Delete a model and every version kept of it (its directory is moved aside, then removed)."""
         with self._lock:
             d = self._model_dir(name)
@@ -257,12 +259,12 @@ class Store(Uploads):
         shutil.rmtree(gone, ignore_errors=True)
         return {"name": name, "removed": True}
 
-    def names(self):
+    def names(self) -> List[str]:
         return sorted(
             n for n in os.listdir(self.models_dir) if os.path.islink(os.path.join(self.models_dir, n, "current"))
         )
 
-    def versions(self, name):
+    def versions(self, name: str) -> List[str]:
         d = os.path.join(self._model_dir(name), "versions")
         return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
@@ -271,7 +273,7 @@ class Store(Uploads):
         kept = set(self.versions(name))
         return [v for v in dict.fromkeys(self.history(name, installs_only=True)) if v in kept]
 
-    def rollback(self, name, version=None):
+    def rollback(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Serve the previous kept version again (or ``version``, if it is kept)."""
         with self._lock:
             current = self.current_version(name)

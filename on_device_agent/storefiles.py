@@ -18,7 +18,7 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 class StoreError(Exception):
     """A request the store refuses; ``status`` is the HTTP status to answer with."""
 
-    def __init__(self, message, status=400):
+    def __init__(self, message: str, status: int = 400) -> None:
         Exception.__init__(self, message)
         self.status = status
 

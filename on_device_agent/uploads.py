@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Optional, Sequence, Tuple
 
 from .storefiles import (
     CHUNK,
@@ -24,9 +24,23 @@ from .storefiles import (
     sha256_file,
 )
 
+if TYPE_CHECKING:
+    import threading
+
 
 class Uploads(object):
     """The upload half of :class:`edgekit_agent.store.Store` (a mixin: it uses the store's paths and lock)."""
+
+    if TYPE_CHECKING:  # what the store provides
+        models_dir: str
+        seal: Callable[[str, Dict[str, Any]], None]
+        _lock: threading.RLock
+
+        def _model_dir(self, name: str) -> str: ...
+        def _intact(self, directory: str) -> bool: ...
+        def current_version(self, name: str) -> Optional[str]: ...
+        def _point_current(self, name: str, version: str, how: str = "install") -> None: ...
+        def _prune(self, name: str, keep: Sequence[Optional[str]]) -> None: ...
 
     # -- upload -------------------------------------------------------------
     def begin(self, name: str, version: str, manifest: Any) -> Dict[str, Any]:
@@ -37,7 +51,7 @@ class Uploads(object):
                 raise
             raise self._disk_full(name, version, e) from None
 
-    def _begin(self, name, version, manifest):
+    def _begin(self, name: str, version: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
         """Start (or resume) an upload. Returns what the host still has to send.
 
         Files already on the device under the same sha256 (in this model's kept versions or
@@ -86,7 +100,7 @@ class Uploads(object):
                 "reused": reused,
             }
 
-    def _installed_files(self, exclude):
+    def _installed_files(self, exclude: str) -> Dict[Tuple[str, int], str]:
         """``{(sha256, size): path}`` of every file in installed versions (manifests say their hashes)."""
         found = {}
         for model in os.listdir(self.models_dir):
@@ -109,7 +123,7 @@ class Uploads(object):
         return found
 
     @staticmethod
-    def _link(source, dest, sha256):
+    def _link(source: str, dest: str, sha256: str) -> bool:
         """Put a copy of an installed file's content at ``dest``; verify it first.
 
         A copy, not a hard link: two versions sharing one inode would share any damage, and the
@@ -135,7 +149,7 @@ class Uploads(object):
                 raise
             return False
 
-    def _staged_manifest(self, name, version):
+    def _staged_manifest(self, name: str, version: str) -> Tuple[str, Dict[str, Any]]:
         staging = os.path.join(self._model_dir(name), "staging", check_name("version", version))
         mf = os.path.join(staging, "manifest.json")
         if not os.path.isfile(mf):
@@ -153,7 +167,9 @@ class Uploads(object):
                 raise
             raise self._disk_full(name, version, e) from None
 
-    def _receive(self, name, version, filename, stream, length, offset=0):
+    def _receive(
+        self, name: str, version: str, filename: str, stream: BinaryIO, length: int, offset: int = 0
+    ) -> Dict[str, Any]:
         """Stream ``length`` bytes into staging at ``offset``, verifying size and sha256 against the manifest.
 
         ``offset`` > 0 resumes an interrupted upload: the ``.part`` on the device must hold exactly
@@ -221,7 +237,9 @@ class Uploads(object):
                 raise
             raise self._disk_full(name, version, e) from None
 
-    def _commit(self, name, version, verify=None):
+    def _commit(
+        self, name: str, version: str, verify: Optional[Callable[[str, Dict[str, Any]], Any]] = None
+    ) -> Dict[str, Any]:
         """Verify every staged file again, optionally check that the bundle loads (``verify(dir,
         manifest)`` raises StoreError if not), move it into place, switch ``current``."""
         with self._lock:
@@ -253,7 +271,7 @@ class Uploads(object):
             self._prune(name, keep=(version, previous))
             return {"name": name, "version": version, "previous": previous}
 
-    def _disk_full(self, name, version, error):
+    def _disk_full(self, name: str, version: str, error: OSError) -> StoreError:
         """Answer a full disk: remove this upload's staging and abandoned ones; the error that says so."""
         staging = os.path.join(self._model_dir(name), "staging", version)
         shutil.rmtree(staging, ignore_errors=True)
@@ -261,11 +279,11 @@ class Uploads(object):
         return StoreError(
             "the device's disk is full (%s) while installing %s %s: the upload was removed and the model keeps "
             "serving its current version; free space on the device (or remove a model), then deploy again"
-            % (os.strerror(error.errno), name, version),
+            % (os.strerror(error.errno), name, version),  # type: ignore[arg-type]
             507,
         )
 
-    def _remove_stale_staging(self, keep, older_than=STALE_STAGING_S):
+    def _remove_stale_staging(self, keep: Optional[str], older_than: float = STALE_STAGING_S) -> None:
         """Staging directories of uploads nobody touched for ``older_than`` seconds (abandoned) go."""
         now = time.time()
         try:

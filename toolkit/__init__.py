@@ -23,6 +23,8 @@ from edgekit_agent.runners.quiet import no_ort_telemetry  # noqa: E402
 
 no_ort_telemetry()
 
+from typing import Any  # noqa: E402
+
 from . import profiles  # noqa: E402
 from .errors import (  # noqa: E402
     AgentError,
@@ -48,7 +50,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # `import edgekit` stays cheap: onnx, onnxruntime and paramiko load on first use.
     if name in _LAZY:
         import importlib

@@ -15,7 +15,7 @@ import threading
 import zipfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 PACKAGES = ("edgekit_agent", "edgekit_sdk")
 TREE_ENV = "EDGEKIT_AGENT_TREE"
@@ -41,7 +41,7 @@ def _source(package: str) -> Any:
     return path
 
 
-def _files(package):
+def _files(package: str) -> Iterator[tuple[str, bytes]]:
     root = _source(package)
     stack = [(root, package)]
     while stack:
@@ -54,7 +54,7 @@ def _files(package):
                 yield f"{prefix}/{entry.name}", entry.read_bytes()
 
 
-def build_bytes():
+def build_bytes() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         entries = [("__main__.py", MAIN.encode())]
@@ -68,7 +68,7 @@ def build_bytes():
     return b"#!/usr/bin/env python3\n" + buf.getvalue()
 
 
-def build(directory):
+def build(directory: str | Path) -> tuple[Path, str]:
     """Write the zipapp into ``directory``; return ``(path, sha256)``."""
     data = build_bytes()
     digest = hashlib.sha256(data).hexdigest()

@@ -19,9 +19,12 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from .errors import BundleError
 from .model import file_sha256
+
+_R = TypeVar("_R")
 
 MANIFEST_SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -29,12 +32,12 @@ REPORT_JSON = "report.json"
 REPORT_TXT = "report.txt"
 
 
-def file_entry(path, name, role):
+def file_entry(path: Path, name: str, role: str) -> dict[str, Any]:
     path = Path(path)
     return {"name": name, "role": role, "size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
-def bundle_id(manifest):
+def bundle_id(manifest: dict[str, Any]) -> str:
     """Content id: same files, same target -> same id (the version the device installs)."""
     key = {
         "files": sorted((f["name"], f["sha256"]) for f in manifest["files"]),
@@ -45,11 +48,11 @@ def bundle_id(manifest):
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def write_json(path, data):
+def write_json(path: str | Path, data: Any) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def replace_dir(staged, target):
+def replace_dir(staged: str | Path, target: str | Path) -> None:
     """Move a finished directory onto ``target``; an existing target is swapped out, then removed."""
     staged, target = Path(staged), Path(target)
     old = None
@@ -63,7 +66,7 @@ def replace_dir(staged, target):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def check_output(target):
+def check_output(target: str | Path) -> None:
     """Refuse, before any work, an output path that cannot become a bundle directory."""
     target = Path(target)
     if target.exists() and not target.is_dir():
@@ -72,7 +75,7 @@ def check_output(target):
         raise BundleError(f"{target} exists and is not an edgekit bundle; choose another -o directory or empty it")
 
 
-def staging_dir(target):
+def staging_dir(target: str | Path) -> Path:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
@@ -80,7 +83,7 @@ def staging_dir(target):
     return staged
 
 
-def publish_copy(source, target, edit):
+def publish_copy(source: str | Path, target: str | Path, edit: Callable[[Path], _R]) -> _R:
     """Put a copy of bundle ``source`` at ``target``, changed by ``edit(staged_dir)`` first, atomically.
 
     Returns what ``edit`` returns; on any failure ``target`` is left as it was.
@@ -131,7 +134,7 @@ def check_manifest(manifest: object, mf: Path) -> None:
             raise BundleError(f"{mf} has no {key!r}; rebuild the bundle")
 
 
-def load(path):
+def load(path: str | Path) -> dict[str, Any]:
     """Read and verify a bundle: every manifest file present with its size and sha256."""
     path = Path(path)
     mf = path / MANIFEST

@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from .bundle import MANIFEST, replace_dir, staging_dir
 from .model import file_sha256
 
 
-def cache_root():
+def cache_root() -> Path:
     env = os.environ.get("EDGEKIT_CACHE_DIR")
     if env:
         return Path(env)
@@ -23,7 +24,7 @@ def cache_root():
     return Path(base) / "edgekit"
 
 
-def path_digest(path):
+def path_digest(path: str | Path | None) -> str | None:
     """sha256 of a data file, or of a folder's file names and contents."""
     if path is None:
         return None
@@ -37,11 +38,11 @@ def path_digest(path):
     return h.hexdigest()
 
 
-def key(parts):
+def key(parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def lookup(k):
+def lookup(k: str) -> Path | None:
     """A cached bundle whose files still match their hashes; a damaged entry is dropped."""
     from .bundle import load
     from .errors import BundleError
@@ -57,7 +58,7 @@ def lookup(k):
     return d
 
 
-def store(k, bundle_dir):
+def store(k: str, bundle_dir: str | Path) -> Path:
     target = cache_root() / "builds" / k
     staged = staging_dir(target)
     shutil.rmtree(staged)

@@ -16,6 +16,8 @@ else in the package catches them.
     └── AgentError          the on-device agent refused or failed a request
 """
 
+from typing import Any
+
 
 class EdgekitError(Exception):
     """Base class of every error edgekit raises on purpose."""
@@ -42,7 +44,7 @@ class ConversionError(EdgekitError):
 class FidelityError(EdgekitError):
     exit_code = 3
 
-    def __init__(self, message, report=None):
+    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.report = report
 
@@ -62,6 +64,6 @@ class TransportError(EdgekitError):
 class AgentError(EdgekitError):
     exit_code = 5
 
-    def __init__(self, message, status=None):
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status

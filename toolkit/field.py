@@ -6,17 +6,23 @@ the cursor that points past it, in one transaction: a pull that is interrupted l
 and duplicates nothing, and pulling twice stores nothing twice.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .cache import cache_root
 from .errors import EdgekitError
 from .field_text import report_text  # noqa: F401  (the report as text, for the CLI)
+
+if TYPE_CHECKING:
+    from .device import Device
 
 DDL = """
 CREATE TABLE IF NOT EXISTS devices(store_id TEXT PRIMARY KEY, name TEXT, hostname TEXT, machine TEXT,
@@ -42,7 +48,7 @@ class FieldStore:
     """The host-side store of pulled field records (SQLite). ``create=False``: a store that does not exist yet is an
     error instead of a new empty database (reading a mistyped path must not make one)."""
 
-    def __init__(self, path=None, create=True):
+    def __init__(self, path: str | Path | None = None, create: bool = True) -> None:
         default = os.environ.get("EDGEKIT_FIELD_STORE")
         self.path = Path(path) if path else Path(default) if default else cache_root() / "field.db"
         self.created = not self.path.exists()
@@ -67,20 +73,22 @@ class FieldStore:
                 "to start a new one, or pass --store"
             ) from None
 
-    def close(self):
+    def close(self) -> None:
         self.db.close()
 
-    def __enter__(self):
+    def __enter__(self) -> FieldStore:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def count(self):
+    def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
 
     # -- writing -------------------------------------------------------------------
-    def _device(self, store_id, name, info, transport, root):
+    def _device(
+        self, store_id: str, name: str | None, info: dict[str, Any], transport: str | None, root: str | None
+    ) -> None:
         self.db.execute(
             "INSERT INTO devices VALUES (?,?,?,?,?,?,?) ON CONFLICT(store_id) DO UPDATE SET name=excluded.name, "
             "hostname=excluded.hostname, machine=excluded.machine, transport=excluded.transport, root=excluded.root, "
@@ -88,13 +96,13 @@ class FieldStore:
             (store_id, name, info.get("hostname"), info.get("machine"), transport, root, time.time()),
         )
 
-    def cursor(self, store_id):
+    def cursor(self, store_id: str) -> tuple[int, int, float, int]:
         row = self.db.execute(
             "SELECT after_id, after_event, after_context, after_annotation FROM cursors WHERE store_id=?", (store_id,)
         ).fetchone()
         return row or (0, 0, 0.0, 0)
 
-    def store_batch(self, batch, name, transport, root):
+    def store_batch(self, batch: dict[str, Any], name: str | None, transport: str | None, root: str | None) -> int:
         """Write one pulled batch and move the cursor past it, atomically. Returns rows added."""
         sid = batch["store_id"]
         after_id, after_event, after_context, after_annotation = self.cursor(sid)
@@ -129,7 +137,7 @@ class FieldStore:
             raise
         return added
 
-    def record_lab(self, store_id, report):
+    def record_lab(self, store_id: str, report: dict[str, Any]) -> None:
         lat = report["latency_ms"]
         self.db.execute(
             "INSERT OR REPLACE INTO lab VALUES (?,?,?,?,?,?,?)",
@@ -145,7 +153,13 @@ class FieldStore:
         )
 
 
-def pull(device, store, name=None, batch_size=5000, on_batch=None):
+def pull(
+    device: Device,
+    store: FieldStore,
+    name: str | None = None,
+    batch_size: int = 5000,
+    on_batch: Callable[[str, int], None] | None = None,
+) -> dict[str, Any]:
     """Fetch everything ``device`` recorded since the last pull into ``store``."""
     if device.client is None:
         device.ensure_agent()
@@ -192,7 +206,7 @@ def pull(device, store, name=None, batch_size=5000, on_batch=None):
 
 
 # -- reporting -------------------------------------------------------------------------
-def parse_since(text):
+def parse_since(text: str | None) -> float | None:
     """``7d``, ``12h``, ``30m``, ``90s`` -> seconds."""
     if not text:
         return None
@@ -203,14 +217,14 @@ def parse_since(text):
         raise EdgekitError(f"bad --since {text!r}: use a number with s, m, h, d or w (e.g. 7d)") from None
 
 
-def _percentiles(values):
+def _percentiles(values: np.ndarray) -> dict[str, float | None]:
     if len(values) == 0:
         return {"p50": None, "p90": None, "p99": None, "mean": None}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
 
 
-def _timeline(ts, ms, points=60):
+def _timeline(ts: np.ndarray, ms: np.ndarray, points: int = 60) -> list[dict[str, float]]:
     """p50/p99 in equal time buckets (at most ``points``)."""
     if len(ts) == 0:
         return []
@@ -234,7 +248,7 @@ def _timeline(ts, ms, points=60):
     return out
 
 
-def _histogram(ms, bins=40):
+def _histogram(ms: np.ndarray, bins: int = 40) -> dict[str, list[Any]]:
     if len(ms) == 0:
         return {"edges": [], "counts": []}
     lo, hi = max(float(ms.min()), 1e-3), max(float(ms.max()), 1e-3)
@@ -243,10 +257,13 @@ def _histogram(ms, bins=40):
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
 
 
-def report(store, model=None, since=None, now=None):
+def report(
+    store: FieldStore, model: str | None = None, since: str | float | None = None, now: float | None = None
+) -> dict[str, Any]:
     """Per device, model version and backend: field latency, throughput, errors, lab beside field, regressions."""
     now = now or time.time()
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if model:
         where.append("model = ?")
         args.append(model)
@@ -264,11 +281,11 @@ def report(store, model=None, since=None, now=None):
         r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
         for r in store.db.execute("SELECT store_id, name, hostname, machine, transport FROM devices")
     }
-    groups = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for r in rows:
         groups.setdefault(r[:3], []).append(r)
     entries = []
-    per_model = {}
+    per_model: dict[tuple[str, str], list[Any]] = {}
     for (sid, mdl, version), grp in groups.items():
         per_model.setdefault((sid, mdl), []).extend(g for g in grp if g[8] == "ok" and g[6] is not None)
         ts = np.array([g[5] for g in grp], dtype=np.float64)
@@ -306,7 +323,7 @@ def report(store, model=None, since=None, now=None):
             "histogram": _histogram(ok_ms),
         }
         entries.append(entry)
-    totals = {}
+    totals: dict[tuple[str, str], int] = {}
     for e in entries:
         totals[(e["store_id"], e["model"])] = totals.get((e["store_id"], e["model"]), 0) + e["requests"]
     for e in entries:  # a version's share of its model's requests (a traffic split's observed percentages)
@@ -321,7 +338,7 @@ def report(store, model=None, since=None, now=None):
     ]
     events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
     regressions = []
-    by_device_model = {}
+    by_device_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in entries:
         by_device_model.setdefault((e["store_id"], e["model"]), []).append(e)
     for (sid, mdl), versions in by_device_model.items():
@@ -384,7 +401,7 @@ def report(store, model=None, since=None, now=None):
     }
 
 
-def _detail(text):
+def _detail(text: str | None) -> Any:
     try:
         return json.loads(text) if text else None
     except ValueError:

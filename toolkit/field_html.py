@@ -3,23 +3,24 @@
 import html
 import math
 import time
+from typing import Any
 
 W, H, PAD = 560, 220, 44
 COLORS = {"p50": "#1f6feb", "p99": "#d1242f", "lab": "#8250df", "field": "#1a7f37", "bar": "#54aeff", "cdf": "#cf222e"}
 
 
-def _esc(v):
+def _esc(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _axis_ticks(lo, hi, n=4):
+def _axis_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
     if hi <= lo:
         hi = lo + 1
     step = (hi - lo) / n
     return [lo + i * step for i in range(n + 1)]
 
 
-def _frame(cls, title, body, x_label, y_label):
+def _frame(cls: str, title: str, body: str, x_label: str, y_label: str) -> str:
     return (
         f'<svg class="chart {cls}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
         f'aria-label="{_esc(title)}" xmlns="http://www.w3.org/2000/svg">'
@@ -31,14 +32,14 @@ def _frame(cls, title, body, x_label, y_label):
     )
 
 
-def histogram_svg(hist):
+def histogram_svg(hist: dict[str, list[Any]]) -> str:
     edges, counts = hist["edges"], hist["counts"]
     if not counts:
         return "<p>no successful requests</p>"
     lx0, lx1 = math.log10(edges[0]), math.log10(edges[-1])
     iw, ih = W - PAD - 10, H - PAD - 10
 
-    def x(v):
+    def x(v: float) -> float:
         return PAD + (math.log10(v) - lx0) / max(lx1 - lx0, 1e-9) * iw
 
     top = max(counts)
@@ -68,7 +69,7 @@ def histogram_svg(hist):
     )
 
 
-def timeline_svg(points, events):
+def timeline_svg(points: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
     if not points:
         return "<p>no successful requests</p>"
     t0 = min([p["t"] for p in points] + [e["ts"] for e in events])
@@ -77,10 +78,10 @@ def timeline_svg(points, events):
     ymax = max(p["p99"] for p in points) * 1.1 or 1
     iw, ih = W - PAD - 10, H - PAD - 10
 
-    def x(t):
+    def x(t: float) -> float:
         return PAD + (t - t0) / (t1 - t0) * iw
 
-    def y(v):
+    def y(v: float) -> float:
         return 10 + ih - v / ymax * ih
 
     parts = []
@@ -113,7 +114,7 @@ def timeline_svg(points, events):
     return _frame("timeline", "p50 and p99 over time, deploys marked", "".join(parts), "time", "ms")
 
 
-def labfield_svg(entries):
+def labfield_svg(entries: list[dict[str, Any]]) -> str:
     rows = [e for e in entries if e["latency_ms"]["p50"] is not None]
     if not rows:
         return "<p>no data</p>"
@@ -154,8 +155,8 @@ th:first-child,td:first-child,td.l{text-align:left}.regressions{background:#fff1
 """
 
 
-def render(r):
-    def num(v, fmt="{:.3f}"):
+def render(r: dict[str, Any]) -> str:
+    def num(v: float | None, fmt: str = "{:.3f}") -> str:
         return fmt.format(v) if v is not None else "–"
 
     out = [

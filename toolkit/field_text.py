@@ -1,9 +1,10 @@
 """The field report as text: one row per device, model and version, then traffic splits and breaker changes."""
 
 import time
+from typing import Any
 
 
-def _split_line(r, ev):
+def _split_line(r: dict[str, Any], ev: dict[str, Any]) -> str:
     device = next((e["device"] for e in r["entries"] if e["store_id"] == ev["store_id"]), ev["store_id"][:8])
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(ev["ts"]))
     detail = ev["detail"] or {}
@@ -15,7 +16,7 @@ def _split_line(r, ev):
     return f"  split on {device}: {ev['model']} {what} at {when}"
 
 
-def _fmt(v):
+def _fmt(v: float | None) -> str:
     return f"{v:8.3f}" if v is not None else f"{'-':>8}"
 
 

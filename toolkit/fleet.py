@@ -25,11 +25,13 @@ its deadline is abandoned (its connection is closed under it) and reported as
 ``timeout after N s at STEP``; it never holds up the others. Each device gives one row.
 """
 
+from __future__ import annotations
+
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import progress
 from .errors import EdgekitError, TransportError
@@ -43,6 +45,10 @@ from .inventory import (  # noqa: F401  (the inventory's names, as edgekit.fleet
 )
 from .transports import parse_url  # noqa: F401
 
+if TYPE_CHECKING:
+    from .device import Device
+    from .profiles import Profile
+
 Row = dict[str, Any]  # one device's result (see _row)
 DEFAULT_JOBS = 8
 DEFAULT_DEVICE_TIMEOUT = 300.0
@@ -52,13 +58,16 @@ DEFAULT_DEVICE_TIMEOUT = 300.0
 class _Job:
     """One device's run, in its own thread; ``step`` says what it is doing now."""
 
-    def __init__(self, fd):
+    thread: threading.Thread
+    deadline: float
+
+    def __init__(self, fd: FleetDevice) -> None:
         self.fd = fd
         self.step = "waiting"
-        self.device = None
+        self.device: Device | None = None
         self.abandoned = False
-        self.row = None
-        self.started = None
+        self.row: Row | None = None
+        self.started: float | None = None
         self.done = threading.Event()
         self.lock = threading.Lock()
 
@@ -92,14 +101,22 @@ class _Job:
         return step
 
 
-def _close_quietly(device):
+def _close_quietly(device: Device) -> None:
     try:
         device.close()
     except Exception:  # closing under a running call: whatever it raises, the device is given up
         pass
 
 
-def _row(fd, status, seconds, step=None, error=None, report=None, exit_code=0):
+def _row(
+    fd: FleetDevice,
+    status: str,
+    seconds: float,
+    step: str | None = None,
+    error: str | None = None,
+    report: dict[str, Any] | None = None,
+    exit_code: int = 0,
+) -> Row:
     r = report or {}
     lat = r.get("latency_ms") or {}
     return {
@@ -120,7 +137,9 @@ def _row(fd, status, seconds, step=None, error=None, report=None, exit_code=0):
     }
 
 
-def _work(job, action, bundle_dir, profile, backend, kwargs):
+def _work(
+    job: _Job, action: str, bundle_dir: str | Path, profile: Profile | None, backend: str, kwargs: dict[str, Any]
+) -> None:
     from .deployer import bench, deploy, open_device
 
     fd = job.fd
@@ -203,8 +222,8 @@ def run_fleet(
     all_jobs = list(pending)
     cv = threading.Condition()
 
-    def start(job):
-        def target():
+    def start(job: _Job) -> None:
+        def target() -> None:
             _work(job, action, bundle_dir, profile, manifest["backend"], kwargs)
             with cv:
                 cv.notify_all()
@@ -214,9 +233,9 @@ def run_fleet(
         job.thread.start()
         running.append(job)
 
-    def emit(job):
+    def emit(job: _Job) -> None:
         if on_row:
-            on_row(job.row)
+            on_row(job.row)  # type: ignore[arg-type]  # set before the job is emitted
         shown.advance()
 
     prog = progress.of(log)
@@ -249,7 +268,7 @@ def run_fleet(
             if running:
                 wait = min(j.deadline for j in running) - time.monotonic()
                 cv.wait(timeout=max(0.01, min(wait, 0.5)))
-    return [j.row for j in all_jobs]
+    return [j.row for j in all_jobs]  # type: ignore[misc]  # every job has its row by now
 
 
 def deploy_fleet(
@@ -299,7 +318,7 @@ def exit_code(rows: list[Row]) -> int:
     return 0
 
 
-def _fmt(v, spec):
+def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 

@@ -22,7 +22,7 @@ from .errors import EdgekitError
 from .transports import MODULES, all_transports, parse_url, transport_class
 
 SCHEMES = {kind: kind for kind in MODULES}  # the URL schemes: one per transport kind (edgekit.transports.parse_url)
-FIELDS = {
+FIELDS: dict[str, Any] = {
     "name": str,
     "url": str,
     "profile": str,
@@ -76,12 +76,12 @@ class FleetDevice:
             "device_timeout": self.device_timeout,
         }
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<FleetDevice {self.name} {self.url}>"
 
 
 # -- inventory ----------------------------------------------------------------------
-def _check_fields(where, entry, allowed, path):
+def _check_fields(where: str, entry: dict[str, Any], allowed: Iterable[str], path: str | Path) -> None:
     for key, value in entry.items():
         if key not in allowed:
             raise InventoryError(f"{path}: {where}: unknown field {key!r}; allowed: {', '.join(sorted(allowed))}")

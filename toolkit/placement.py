@@ -34,25 +34,35 @@ Graph nodes, FLOPs and partitions: :mod:`.placement_graph`; an accelerator's sec
 per-node verdicts: :mod:`.placement_targets`; text: :mod:`.placement_text`.
 """
 
+from __future__ import annotations
+
 import importlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import BundleError, EdgekitError
 from .placement_graph import onnx_graph, op_list_graph
 from .placement_text import summary_lines, text
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from edgekit.converters.base import BuildContext, BuildResult
+
+    from .profiles import Profile
+
 SCHEMA = "edgekit.placement"
 
 
 # -- graph readers per backend ------------------------------------------------------------------
-def _read_ort(model_path, workdir):
+def _read_ort(model_path: str | Path, workdir: Path) -> tuple[str, Any]:
     import onnx
 
     return "onnx", onnx.load(str(model_path))
 
 
-def hooks(backend):
+def hooks(backend: str) -> ModuleType | None:
     """The placement module of ``backend`` (see the module docstring), or None."""
     from . import converters
 
@@ -63,12 +73,12 @@ def hooks(backend):
     return importlib.import_module(name) if name else None
 
 
-def graph_readers(backend):
+def graph_readers(backend: str) -> dict[str, Callable[[Path, Path], tuple[str, Any]]]:
     """``{suffix: reader}``: ONNX here, the backend's own formats from its placement module."""
     return {".onnx": _read_ort, **getattr(hooks(backend), "READERS", {})}
 
 
-def analyse(kind, graph, backend, profile, graph_note=""):
+def analyse(kind: str, graph: Any, backend: str, profile: Profile, graph_note: str = "") -> dict[str, Any]:
     """Placement for a loaded graph: ``kind`` onnx (ModelProto), a backend's own kind (e.g. openvino: ov.Model),
     or a node list (mnn, ops)."""
     h = hooks(backend)
@@ -98,7 +108,7 @@ def analyse(kind, graph, backend, profile, graph_note=""):
     return out
 
 
-def explain_build(result, ctx, backend):
+def explain_build(result: BuildResult, ctx: BuildContext, backend: str) -> dict[str, Any]:
     """The build report's ``placement`` section, from the model the backend just built."""
     model_file = Path(result.model_file)
     readers = graph_readers(backend)
@@ -124,7 +134,7 @@ def explain_build(result, ctx, backend):
 
 
 # -- bundles ---------------------------------------------------------------------------------------
-def _bundle_profile(manifest, profile):
+def _bundle_profile(manifest: dict[str, Any], profile: str | Profile | None) -> Profile:
     from . import profiles
 
     if profile is None:
@@ -137,7 +147,9 @@ def _bundle_profile(manifest, profile):
     return profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
 
 
-def explain(bundle_dir, profile=None, model=None):
+def explain(
+    bundle_dir: str | Path, profile: str | Profile | None = None, model: str | Path | None = None
+) -> dict[str, Any]:
     """Placement report for a bundle (``profile``: the bundle's, or another profile to ask about).
 
     ``model``: the source ONNX model, for bundles whose model file edgekit cannot read as a graph
@@ -199,14 +211,14 @@ def explain(bundle_dir, profile=None, model=None):
     return out
 
 
-def _report_section(bundle_dir):
+def _report_section(bundle_dir: str | Path) -> dict[str, Any] | None:
     try:
         return json.loads((Path(bundle_dir) / "report.json").read_text()).get("placement")
     except (OSError, ValueError):
         return None
 
 
-def selective_build_plan(backend):
+def selective_build_plan(backend: str) -> dict[str, Any]:
     return {
         "backend": backend,
         "writes": getattr(hooks(backend), "PLAN", None) or f"nothing: no selective-build writer for {backend}",
@@ -214,7 +226,7 @@ def selective_build_plan(backend):
     }
 
 
-def selective_build(bundle_dir, out_dir):
+def selective_build(bundle_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """Write the runtime's selective-build inputs for a bundle into ``out_dir/<runtime>/``; return the files."""
     from . import bundle as bundle_mod
 

@@ -1,6 +1,12 @@
 """Graphs for placement: one normalized node list per kind of model file, FLOPs, partitions."""
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import onnx
 
 ELEMENTWISE = {
     "Add",
@@ -52,7 +58,15 @@ ELEMENTWISE = {
 
 
 # -- graphs: one normalized node list per kind of model file ----------------------------------
-def _node(name, op, inputs, outputs, attrs=None, domain="", version=None):
+def _node(
+    name: str,
+    op: str,
+    inputs: list[dict[str, Any]],
+    outputs: list[str],
+    attrs: dict[str, Any] | None = None,
+    domain: str = "",
+    version: int | None = None,
+) -> dict[str, Any]:
     return {
         "name": name,
         "op": op,
@@ -65,11 +79,11 @@ def _node(name, op, inputs, outputs, attrs=None, domain="", version=None):
     }
 
 
-def _prod(shape):
+def _prod(shape: Sequence[Any] | None) -> int | None:
     return math.prod(shape) if shape is not None and all(isinstance(d, int) and d >= 0 for d in shape) else None
 
 
-def _flops(node, out_shapes):
+def _flops(node: dict[str, Any], out_shapes: list[Any]) -> int | None:
     """FLOPs of one node (multiply-add = 2) from its input and output shapes; None when unknown."""
     op = node["op"]
     out = _prod(out_shapes[0]) if out_shapes else None
@@ -78,7 +92,7 @@ def _flops(node, out_shapes):
         return None
     if op in ("Conv", "Convolution", "ConvInteger", "QLinearConv") and len(ins) > 1 and ins[1]:
         w = ins[1] if op != "QLinearConv" else (ins[3] if len(ins) > 3 else None)
-        return 2 * out * _prod(w[1:]) if w and _prod(w[1:]) else None
+        return 2 * out * _prod(w[1:]) if w and _prod(w[1:]) else None  # type: ignore[operator]
     if op == "GroupConvolution" and len(ins) > 1 and ins[1]:
         return 2 * out * (_prod(ins[1][2:]) or 0)
     if op in ("ConvTranspose",) and ins and ins[1]:
@@ -101,7 +115,7 @@ def _flops(node, out_shapes):
     return 0  # data movement (Reshape, Transpose, Concat, Gather, ...): no arithmetic counted
 
 
-def _attr_value(a):
+def _attr_value(a: Any) -> Any:
     import onnx
 
     v = onnx.helper.get_attribute_value(a)
@@ -112,7 +126,7 @@ def _attr_value(a):
     return v if isinstance(v, (int, float, str)) else None
 
 
-def onnx_graph(proto):
+def onnx_graph(proto: onnx.ModelProto) -> list[dict[str, Any]]:
     """Nodes of an ONNX model's main graph, with shapes from ONNX shape inference and FLOPs."""
     import onnx
 
@@ -161,7 +175,7 @@ def onnx_graph(proto):
     return nodes
 
 
-def op_list_graph(ops):
+def op_list_graph(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Nodes from a manifest's op list (``[{op, count, version?}]``): one node per counted op, no edges."""
     nodes = []
     for entry in ops:
@@ -181,7 +195,7 @@ def op_list_graph(ops):
 
 
 # -- partitions ----------------------------------------------------------------------------
-def partitions(nodes, supported):
+def partitions(nodes: list[dict[str, Any]], supported: Sequence[bool]) -> int | None:
     """Contiguous groups of supported nodes, as ONNX Runtime forms them (partitioning_utils.cc):
     topological order, a group closes when only unsupported nodes are ready. None without edges."""
     from collections import deque
@@ -189,15 +203,18 @@ def partitions(nodes, supported):
     producer = {o: i for i, n in enumerate(nodes) for o in n["outputs"]}
     if not producer or not any(i["name"] in producer for n in nodes for i in n["inputs"]):
         return None if len(nodes) > 1 else (1 if supported and supported[0] else 0)
-    consumers = {i: set() for i in range(len(nodes))}
-    indeg = {}
+    consumers: dict[int, set[int]] = {i: set() for i in range(len(nodes))}
+    indeg: dict[int, int] = {}
     for i, n in enumerate(nodes):
         preds = {producer[x["name"]] for x in n["inputs"] if x["name"] in producer}
         indeg[i] = len(preds)
         for p in preds:
             consumers[p].add(i)
     ready = deque(i for i in range(len(nodes)) if indeg[i] == 0)
-    later, group, border, count = deque(), [], set(), 0
+    later: deque[int] = deque()
+    group: list[int] = []
+    border: set[int] = set()
+    count = 0
     while ready or later:
         if not ready:
             if group:

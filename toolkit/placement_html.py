@@ -1,9 +1,13 @@
 """``edgekit explain --html``: the placement report as one self-contained HTML file (no scripts)."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from .field_html import _esc
 
 
-def _bar(share, width=240):
+def _bar(share: float, width: int = 240) -> str:
     share = share or 0.0
     return (
         f'<svg class="bar" width="{width}" height="12" role="img" aria-label="{100 * share:.1f} %" '
@@ -12,11 +16,11 @@ def _bar(share, width=240):
     )
 
 
-def _pct(x):
+def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:.1f} %"
 
 
-def _target(t):
+def _target(t: dict[str, Any]) -> str:
     s = t["summary"]
     src = t.get("source") or {}
     parts = [
@@ -70,7 +74,7 @@ def _target(t):
     return "".join(parts)
 
 
-def render(r):
+def render(r: dict[str, Any]) -> str:
     g = r["graph"]
     flops = "?" if g.get("flops") is None else f"{g['flops'] / 1e6:.2f} MFLOPs"
     title = f"edgekit explain: {r.get('bundle', '?')} for {r['profile']}"

@@ -1,7 +1,14 @@
 """One accelerator's section of a placement report, assembled from per-node verdicts (yes / no / unknown)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
 from . import support_tables as st
 from .placement_graph import partitions
+
+if TYPE_CHECKING:
+    from .profiles import Profile
 
 MAX_LISTED = 200  # fallback / unknown nodes kept per accelerator in reports
 
@@ -28,7 +35,7 @@ OP_FIXES = {  # advice for op types accelerators commonly reject (the math is ex
 }
 
 
-def _fix_op(op, accelerator):
+def _fix_op(op: str, accelerator: str) -> str:
     return OP_FIXES.get(
         op,
         f"replace {op} with ops {accelerator} runs, or move it to the start or end of the graph "
@@ -37,14 +44,14 @@ def _fix_op(op, accelerator):
 
 
 # -- targets -----------------------------------------------------------------------------------
-def _accelerator_name(profile, api):
+def _accelerator_name(profile: Profile, api: str) -> str | None:
     for a in profile.data.get("accelerators", []):
         if api in a.get("apis", []):
             return a["name"]
     return None
 
 
-def _summary(nodes, status, partition_count):
+def _summary(nodes: list[dict[str, Any]], status: list[str], partition_count: int | str | None) -> dict[str, Any]:
     n = len(nodes)
     yes = sum(1 for s in status if s == st.YES)
     unknown = sum(1 for s in status if s == st.UNKNOWN)
@@ -66,8 +73,8 @@ def _summary(nodes, status, partition_count):
     }
 
 
-def _by_op(nodes, status):
-    rows = {}
+def _by_op(nodes: list[dict[str, Any]], status: list[str]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
     for node, s in zip(nodes, status):
         r = rows.setdefault(node["op"], {"op": node["op"], "nodes": 0, "on_accelerator": 0, "unknown": 0})
         r["nodes"] += 1
@@ -76,7 +83,16 @@ def _by_op(nodes, status):
     return sorted(rows.values(), key=lambda r: (-r["nodes"], r["op"]))
 
 
-def _target(name, device, checked_with, nodes, verdicts, source=None, partition_count="compute", notes=()):
+def _target(
+    name: str,
+    device: str | None,
+    checked_with: str,
+    nodes: list[dict[str, Any]],
+    verdicts: Sequence[tuple[str, str, str]],
+    source: str | None = None,
+    partition_count: int | str | None = "compute",
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
     """Assemble one accelerator's section from per-node verdicts ``(status, reason, fix)``."""
     status = [v[0] for v in verdicts]
     if partition_count == "compute":
@@ -102,7 +118,9 @@ def _target(name, device, checked_with, nodes, verdicts, source=None, partition_
     }
 
 
-def _unchecked_target(name, device, why, nodes, source=None):
+def _unchecked_target(
+    name: str, device: str | None, why: str, nodes: list[dict[str, Any]], source: str | None = None
+) -> dict[str, Any]:
     verdicts = [(st.UNKNOWN, why, "")] * len(nodes)
     t = _target(name, device, f"not checked: {why}", nodes, verdicts, source, partition_count=None)
     t["unknown"] = t["unknown"][:1] and [{"node": "*", "op": "*", "reason": why}]

@@ -1,16 +1,20 @@
 """Placement reports as text (``edgekit explain``, the build report's summary)."""
 
+from __future__ import annotations
+
+from typing import Any
+
 
 # -- text ---------------------------------------------------------------------------------------
-def _pct(x):
+def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:.1f} %"
 
 
-def _mflops(f):
+def _mflops(f: float | None) -> str:
     return "?" if f is None else f"{f / 1e6:.2f} MFLOPs"
 
 
-def text(r, max_fallback=40):
+def text(r: dict[str, Any], max_fallback: int = 40) -> str:
     g = r["graph"]
     lines = [
         f"edgekit explain: {r.get('bundle', '?')} ({r['backend']}, {r.get('precision', '?')}) for {r['profile']}",
@@ -57,7 +61,7 @@ def text(r, max_fallback=40):
     return "\n".join(lines) + "\n"
 
 
-def summary_lines(section):
+def summary_lines(section: dict[str, Any] | None) -> list[str]:
     """Short lines for the build report's text form."""
     if not section:
         return []

@@ -7,6 +7,8 @@ user profile with the same name as a built-in one replaces it. ``host`` is not a
 it is detected from the machine edgekit runs on.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import platform
@@ -21,10 +23,15 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
+from typing import TYPE_CHECKING, Any, Iterable
+
 import jsonschema
 
 from .errors import ProfileError
 from .suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 HOST = "host"
 
@@ -38,36 +45,36 @@ class Profile:
     source: str
 
     @property
-    def arch(self):
+    def arch(self) -> str:
         return self.data["cpu"]["arch"]
 
     @property
-    def os_family(self):
+    def os_family(self) -> str:
         return self.data["os"]["family"]
 
     @property
-    def threads(self):
+    def threads(self) -> int:
         cpu = self.data["cpu"]
         return cpu.get("performance_cores", cpu["cores"])
 
     @property
-    def build_only(self):
+    def build_only(self) -> bool:
         return self.data["agent"]["transport"] == "none"
 
-    def backend(self, name):
+    def backend(self, name: str) -> dict[str, Any]:
         """The profile's settings for one backend (``{}`` if it has none)."""
         return self.data["runtimes"].get(name, {})
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return dict(self.data, source=self.source)
 
 
 @lru_cache(maxsize=1)
-def schema():
+def schema() -> dict[str, Any]:
     return json.loads(resources.files("edgekit.device_profiles").joinpath("schema.json").read_text())
 
 
-def effective_schema():
+def effective_schema() -> dict[str, Any]:
     """The schema, with backends registered beyond edgekit's own (``edgekit.converters.register``) allowed."""
     from edgekit_agent.runners.table import TABLE
 
@@ -90,7 +97,7 @@ def effective_schema():
     return dict(base, properties=dict(base["properties"], runtimes=runtimes))
 
 
-def validate(data, source="<profile>"):
+def validate(data: dict[str, Any], source: str = "<profile>") -> dict[str, Any]:
     """Check a profile dict against the schema; raise ProfileError naming the field and the reason."""
     validator = jsonschema.Draft202012Validator(effective_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
@@ -103,7 +110,7 @@ def validate(data, source="<profile>"):
     return data
 
 
-def load_file(path):
+def load_file(path: str | Path) -> Profile:
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -122,19 +129,19 @@ def load_file(path):
     return Profile(data["name"], data, str(path))
 
 
-def _search_dirs(extra_dirs=()):
+def _search_dirs(extra_dirs: Iterable[str | Path] = ()) -> list[Path]:
     dirs = [Path(d) for d in extra_dirs]
     env = os.environ.get("EDGEKIT_PROFILE_PATH", "")
     dirs += [Path(d) for d in env.split(os.pathsep) if d]
     return dirs
 
 
-def _builtin_files():
+def _builtin_files() -> dict[str, Traversable]:
     root = resources.files("edgekit.device_profiles")
     return {Path(e.name).stem: e for e in root.iterdir() if e.name.endswith(".toml")}
 
 
-def names(extra_dirs=()):
+def names(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
     found = set(_builtin_files()) | {HOST}
     for d in _search_dirs(extra_dirs):
         if d.is_dir():
@@ -142,7 +149,7 @@ def names(extra_dirs=()):
     return sorted(found)
 
 
-def load(name, extra_dirs=()):
+def load(name: str, extra_dirs: Iterable[str | Path] = ()) -> Profile:
     """Load a profile by name (or from a ``.toml`` path)."""
     if str(name).endswith(".toml"):
         return load_file(name)
@@ -164,7 +171,7 @@ def load(name, extra_dirs=()):
     )
 
 
-def load_all(extra_dirs=()):
+def load_all(extra_dirs: Iterable[str | Path] = ()) -> list[Profile]:
     return [load(n, extra_dirs) for n in names(extra_dirs)]
 
 
@@ -195,7 +202,7 @@ _ARM_FLAGS = {
 }
 
 
-def _cpuinfo():
+def _cpuinfo() -> tuple[set[str], str]:
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
@@ -212,7 +219,7 @@ def _cpuinfo():
     return flags, model
 
 
-def _ram_gb():
+def _ram_gb() -> float:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -223,7 +230,7 @@ def _ram_gb():
     return 1.0
 
 
-def _normalise_arch(machine):
+def _normalise_arch(machine: str) -> str:
     machine = machine.lower()
     if machine in ("amd64", "x86_64"):
         return "x86_64"
@@ -234,7 +241,7 @@ def _normalise_arch(machine):
     return machine
 
 
-def detect_host():
+def detect_host() -> Profile:
     """A profile for the machine edgekit runs on, read from /proc and the installed runtimes."""
     flags, model = _cpuinfo()
     arch = _normalise_arch(platform.machine())
@@ -247,7 +254,7 @@ def detect_host():
 
     # Each backend says what it runs here (None: not on this machine), in the backend table's order.
     runtimes = {}
-    for name, be in converters.all_backends().items():
+    for name, be in converters.all_backends().items():  # type: ignore[attr-defined]
         settings = be.host_settings(arch, isa)
         if settings is not None:
             runtimes[name] = settings

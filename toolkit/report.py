@@ -4,27 +4,33 @@ The JSON shapes are described in ``report_schema.json`` (package data, versioned
 ``SCHEMA_VERSION``); every backend fills the same fields.
 """
 
+from __future__ import annotations
+
 import json
 from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from . import shape_text as shape_lines
 
 SCHEMA_VERSION = 1
 
 
-def schema():
+def schema() -> dict[str, Any]:
     return json.loads(resources.files("edgekit").joinpath("report_schema.json").read_text())
 
 
-def _kb(n):
+def _kb(n: int) -> str:
     return f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MB"
 
 
-def _g(value):
+def _g(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
-def build_text(r):
+def build_text(r: dict[str, Any]) -> str:
     from .fidelity import summary
 
     lines = [
@@ -140,7 +146,7 @@ def build_text(r):
     return "\n".join(lines) + "\n"
 
 
-def bench_text(r):
+def bench_text(r: dict[str, Any]) -> str:
     lat = r["latency_ms"]
     dev = r.get("device", {})
     lines = [
@@ -169,7 +175,7 @@ def bench_text(r):
     return "\n".join(lines) + "\n"
 
 
-def write_report(bundle_dir, report):
+def write_report(bundle_dir: str | Path, report: dict[str, Any]) -> None:
     """Write the build report into a bundle directory: ``report.json`` and its text form ``report.txt``."""
     from pathlib import Path
 

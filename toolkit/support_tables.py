@@ -19,13 +19,15 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
+from typing import Any
+
 from .errors import EdgekitError
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 
 
 @lru_cache(maxsize=None)
-def load(name):
+def load(name: str) -> dict[str, Any]:
     """The table ``NAME.toml`` as a dict (cached)."""
     entry = resources.files("edgekit.device_profiles").joinpath("support", f"{name}.toml")
     try:
@@ -42,21 +44,21 @@ def load(name):
     return data
 
 
-def cite(table):
+def cite(table: dict[str, Any]) -> dict[str, Any]:
     """``{title, url, version, read}`` of a table's source."""
     return dict(table["source"])
 
 
-def _ops_of(rule):
+def _ops_of(rule: dict[str, Any]) -> list[str]:
     op = rule["op"]
     return [op] if isinstance(op, str) else list(op)
 
 
-def _present(node, i):
+def _present(node: dict[str, Any], i: int) -> bool | str:
     return i < len(node["inputs"]) and node["inputs"][i]["name"]
 
 
-def check_rules(table, node):
+def check_rules(table: dict[str, Any], node: dict[str, Any]) -> list[dict[str, str]]:
     """Rules of a ``rules`` table that ``node`` breaks: ``[{reason, fix, quote}]``."""
     failures = []
     for rule in table.get("rules", []):
@@ -98,7 +100,7 @@ def check_rules(table, node):
     return failures
 
 
-def check_op_list(table, node):
+def check_op_list(table: dict[str, Any], node: dict[str, Any]) -> tuple[str, str, str]:
     """``(status, reason, fix)`` for a node against an ``op_list`` table (e.g. TFLite GPU)."""
     spec = table.get("ops", {}).get(node["op"])
     if spec is None:
@@ -133,7 +135,7 @@ def check_op_list(table, node):
     return YES, spec.get("note", ""), ""
 
 
-def check_backend_op(table, backend, op):
+def check_backend_op(table: dict[str, Any], backend: str, op: str) -> tuple[str, str]:
     """``(status, reason)`` for an op type on one backend of a ``backends`` table (e.g. MNN OpenCL)."""
     info = table["backends"].get(backend.upper())
     if info is None:
@@ -150,6 +152,6 @@ def check_backend_op(table, backend, op):
     return UNKNOWN, f"{op} is not among the {backend} registrations read from MNN's sources (that list is partial)"
 
 
-def device_limits(table, device):
+def device_limits(table: dict[str, Any], device: str) -> dict[str, Any]:
     """Device-wide documented limits of a ``devices`` table, or ``{}``."""
     return dict(table.get("devices", {}).get(device.upper(), {}))

@@ -4,10 +4,10 @@ switch (``commit``). Used by :meth:`edgekit.device.Device.install`."""
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
-def _prefix_sha256(path, n):
+def _prefix_sha256(path: str | Path, n: int) -> str:
     import hashlib
 
     h = hashlib.sha256()
@@ -22,7 +22,9 @@ def _prefix_sha256(path, n):
 
 
 class _ProgressReader:
-    def __init__(self, f, name, total, progress, start=0):
+    def __init__(
+        self, f: BinaryIO, name: str, total: int, progress: Callable[[str, int, int], None] | None, start: int = 0
+    ) -> None:
         self.f, self.name, self.total, self.progress, self.done = f, name, total, progress, start
 
     def read(self, n: int | None = -1) -> bytes:

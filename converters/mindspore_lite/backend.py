@@ -15,12 +15,20 @@ The converter and runtime live in a tool environment (:mod:`edgekit.toolenvs`): 
   environment) and is compared with the ONNX reference run by onnxruntime.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from ..base import BuildResult
+from ..base import BuildContext, BuildResult
 from ..toolworker import ToolEnvBackend
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.model import TensorSpec
+    from edgekit.profiles import Profile
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -49,21 +57,31 @@ class MindSporeLiteBackend(ToolEnvBackend):
     )
     noise = ("[WARNING",)
 
-    def runtime_version(self):
+    def runtime_version(self) -> str:
         return "2.0.0"
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         for p in profile.backend("mindspore-lite").get("precisions", ["fp32"]):
             if p in ("fp32", "fp16"):
                 return p
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         # the mindspore-lite wheel on PyPI is for Linux x86_64 (in a tool environment edgekit creates)
         return {"device": "cpu", "precisions": ["fp32", "fp16"]} if arch == "x86_64" else None
 
     # -- conversion -------------------------------------------------------------------
-    def _convert(self, onnx_path, work, fp16, inputs, outputs, settings, log, session):
+    def _convert(
+        self,
+        onnx_path: str | Path,
+        work: Path,
+        fp16: bool,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        settings: dict[str, Any],
+        log: Callable[[str], Any] | None,
+        session: BuildSession,
+    ) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         from edgekit import toolenvs
 
         tag = "fp16" if fp16 else "fp32"
@@ -93,7 +111,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
         session.register(path, options, [s.to_dict() for s in inputs], [s.to_dict() for s in outputs])
         return path, res, options
 
-    def convert_fp32(self, onnx_path, workdir, session=None):
+    def convert_fp32(self, onnx_path: str | Path, workdir: str | Path, session: BuildSession | None = None) -> Path:
         from edgekit.model import load_model
 
         from ..session import BuildSession
@@ -105,7 +123,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
         session.register_fp32(onnx_path, path)
         return path
 
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         import onnx
 
         from edgekit.model import operator_set
@@ -114,7 +132,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
         log = self.quiet(ctx.log)
         settings = ctx.profile.backend("mindspore-lite")
 
-        def convert(fp16):
+        def convert(fp16: bool) -> tuple[Path, dict[str, Any], dict[str, Any]]:
             return self._convert(
                 ctx.reference_path,
                 ctx.workdir / f"mindspore-{'fp16' if fp16 else 'fp32'}",

@@ -25,14 +25,23 @@ Choices, and why (measured with MNN 3.6.1, the PyPI wheel, on x86 and the PP-OCR
   lists fp32 only), never the file size.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..base import Backend, BuildResult
+from ..base import Backend, BuildContext, BuildResult
 from .quantize import MNNQuantization
 from .tools import CONVERT_FLAGS, _run_tool, _runner_module
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.execution import Feed
+    from edgekit.profiles import Profile
+    from edgekit_agent.runners.mnn import MNNModel
 
 
 class MNNBackend(MNNQuantization, Backend):
@@ -43,7 +52,7 @@ class MNNBackend(MNNQuantization, Backend):
     # per-build state lives in ctx.session.memo: "mnn.int8_plan" (the feature method, weight method and sample
     # count plain int8 chose) and "mnn.weighted_ops" (the FP32 .mnn's weighted op names)
 
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         import importlib.util
 
         if importlib.util.find_spec("MNN") is None:
@@ -67,10 +76,10 @@ class MNNBackend(MNNQuantization, Backend):
             "process (MNN.tools wrappers, which pip-install and phone home, are not used)"
         )
 
-    def runtime_version(self):
+    def runtime_version(self) -> str:
         return _runner_module().import_mnn().version()
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         wanted = profile.backend("mnn").get("precisions", ["fp32"])
         for p in wanted:
             if p == "int8" and not have_calib:
@@ -79,7 +88,7 @@ class MNNBackend(MNNQuantization, Backend):
                 return p
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         import importlib.util
 
         if importlib.util.find_spec("MNN") is None:
@@ -93,25 +102,31 @@ class MNNBackend(MNNQuantization, Backend):
 
     # -- host-side inference (fidelity, timing) -------------------------------------
     @staticmethod
-    def _threads(threads):
+    def _threads(threads: int | None) -> int:
         return threads or min(4, os.cpu_count() or 1)
 
-    def _model(self, model_path, threads, feed=None):
+    def _model(self, model_path: str | Path, threads: int | None, feed: Feed | None = None) -> MNNModel:
         mnn = _runner_module()
         shapes = {k: list(v.shape) for k, v in (feed or {}).items()}
         return mnn.MNNModel(str(model_path), "CPU", self._threads(threads), "normal", input_shapes=shapes).load()
 
-    def _onnx_as_mnn(self, onnx_path, threads, feed):
+    def _onnx_as_mnn(self, onnx_path: str | Path, threads: int | None, feed: Feed) -> MNNModel:
         """An ONNX file converted to MNN FP32 in a temporary directory and loaded (MNN reads it whole)."""
         with tempfile.TemporaryDirectory(prefix="edgekit-mnn-") as tmp:
             out = Path(tmp) / "model.mnn"
             self._convert(Path(onnx_path), out, [], Path(tmp))
             return self._model(out, threads, feed)
 
-    def reference_threads(self, threads):
+    def reference_threads(self, threads: int | None) -> int:
         return self._threads(threads)
 
-    def reference_outputs(self, model_path, samples, threads=None, session=None):
+    def reference_outputs(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """onnxruntime runs the reference when installed, so the FP32 step really tests MNN's converter."""
         try:
             return super().reference_outputs(model_path, samples, threads, session)
@@ -119,7 +134,13 @@ class MNNBackend(MNNQuantization, Backend):
             model = self._onnx_as_mnn(model_path, threads, samples[0])
             return [model.run(feed) for feed in samples]
 
-    def predict(self, model_path, samples, threads=None, session=None):
+    def predict(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """A built .mnn run by the agent's MNN runner code (its MNNModel); an ONNX file is the reference."""
         if str(model_path).endswith(".onnx"):
             return self.reference_outputs(model_path, samples, threads, session)
@@ -132,11 +153,13 @@ class MNNBackend(MNNQuantization, Backend):
         finally:
             model.close()
 
-    def runner(self, model_path, threads=None, session=None):
+    def runner(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> Callable[[Feed], dict[str, Any]]:
         """Timing on the host: an ONNX reference is timed as MNN FP32, so the comparison is MNN against MNN."""
         state = {}
 
-        def run(feed):
+        def run(feed: Feed) -> dict[str, Any]:
             if "model" not in state:
                 state["model"] = (
                     self._onnx_as_mnn(model_path, threads, feed)
@@ -148,7 +171,7 @@ class MNNBackend(MNNQuantization, Backend):
         return run
 
     # -- conversion -------------------------------------------------------------------
-    def _convert(self, src, dst, flags, cwd):
+    def _convert(self, src: str | Path, dst: Path, flags: Sequence[str], cwd: str | Path) -> Path:
         argv = [
             "mnnconvert",
             "-f",
@@ -164,7 +187,7 @@ class MNNBackend(MNNQuantization, Backend):
         _run_tool("convert", argv, cwd, dst)
         return dst
 
-    def _mnn_ops(self, model_file, work):
+    def _mnn_ops(self, model_file: str | Path, work: Path) -> dict[str, Any]:
         """MNN's own operator list for a .mnn file (the converter's JSON dump)."""
         dump = work / (Path(model_file).stem + ".ops.json")
         try:
@@ -179,7 +202,7 @@ class MNNBackend(MNNQuantization, Backend):
             return {"error": f"MNN's JSON dump failed: {e}"}
         finally:
             dump.unlink(missing_ok=True)
-        counts = {}
+        counts: dict[str, int] = {}
         ops = list(net.get("oplists") or [])
         for sub in net.get("subgraphs") or []:
             ops.extend(sub.get("nodes") or [])
@@ -187,15 +210,15 @@ class MNNBackend(MNNQuantization, Backend):
             counts[op.get("type", "?")] = counts.get(op.get("type", "?"), 0) + 1
         return dict(sorted(counts.items()))
 
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         import onnx
 
         from edgekit.model import operator_set
 
         settings = ctx.profile.backend("mnn")
         work = ctx.workdir
-        warnings = []
-        sections = {}
+        warnings: list[str] = []
+        sections: dict[str, Any] = {}
         runs_fast = list(settings.get("precisions", ["fp32"]))
         x86 = ctx.profile.arch in ("x86_64", "amd64", "i686", "x86")
 

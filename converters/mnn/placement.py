@@ -1,17 +1,24 @@
 """Placement for MNN: the op types each GPU backend (OpenCL, Vulkan, Metal) registers; the op list for MNN's
 reduced build."""
 
+from __future__ import annotations
+
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgekit import support_tables as st
 from edgekit.placement_graph import _node
 from edgekit.placement_targets import _accelerator_name, _fix_op, _target
 
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+    from edgekit.profiles import Profile
+
 MNN_GPU_API = {"OPENCL": "opencl", "VULKAN": "vulkan", "METAL": "metal", "CUDA": "cuda"}
 
 
-def mnn_graph(model_file, workdir):
+def mnn_graph(model_file: str | Path, workdir: str | Path) -> list[dict[str, Any]]:
     """Nodes of a .mnn model from MNN's own JSON dump (op types and edges; the dump has no shapes)."""
     import tempfile
 
@@ -41,7 +48,7 @@ def mnn_graph(model_file, workdir):
     return nodes
 
 
-def mnn_targets(nodes, profile):
+def mnn_targets(nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     backend = profile.backend("mnn").get("backend", "CPU").upper()
     if backend == "CPU":
         return []
@@ -63,11 +70,11 @@ def mnn_targets(nodes, profile):
     ]
 
 
-def _read_mnn(model_path, workdir):
+def _read_mnn(model_path: str | Path, workdir: str | Path) -> tuple[str, list[dict[str, Any]]]:
     return "mnn", mnn_graph(model_path, workdir)
 
 
-def _write_mnn(bundle_dir, manifest, out):
+def _write_mnn(bundle_dir: Path, manifest: dict[str, Any], out: Path) -> list[Path]:
     nodes = mnn_graph(bundle_dir / manifest["model"], out)
     ops = sorted({n["op"] for n in nodes})
     dst = out / "op.txt"
@@ -90,11 +97,11 @@ def _write_mnn(bundle_dir, manifest, out):
     return [dst, out / "README.txt"]
 
 
-def targets(kind, graph, nodes, profile):
+def targets(kind: str, graph: Any, nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     return mnn_targets(nodes, profile) if kind not in ("onnx", "openvino") else []
 
 
-def annotate_build(out, kind, ctx):
+def annotate_build(out: dict[str, Any], kind: str, ctx: BuildContext) -> None:
     """FLOPs from the reference graph MNN converted (the .mnn dump carries no shapes)."""
     if kind != "mnn":
         return

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .tools import _finish_tool, _run_tool, _start_tool, _tail
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from edgekit.converters.base import BuildContext
+    from edgekit.converters.session import BuildSession
+    from edgekit.data import Dataset
+    from edgekit.execution import Feed
+    from edgekit.model import TensorSpec
+    from edgekit.passes.mixed_precision import Layer
 
 # Full INT8 calibrations tried, (feature method, samples); the closest to FP32 is kept.
 # (activation method, weight method, samples): MNN's calibrations vary a lot by model; on PP-OCR cls, held out:
@@ -48,9 +59,22 @@ TRACE_THROUGH = (
 class MNNQuantization:
     """Quantization methods of the MNN backend (mixed into :class:`.backend.MNNBackend`)."""
 
+    if TYPE_CHECKING:  # what the backend provides
+
+        def predict(
+            self,
+            model_path: str | Path,
+            samples: Sequence[Feed],
+            threads: int | None = None,
+            session: BuildSession | None = None,
+        ) -> list: ...
+        def _convert(self, src: str | Path, dst: Path, flags: Sequence[str], cwd: str | Path) -> Path: ...
+
     # -- full int8 ------------------------------------------------------------------------
     @staticmethod
-    def _write_samples(dataset, specs, count, directory):
+    def _write_samples(
+        dataset: Dataset, specs: Sequence[TensorSpec], count: int, directory: Path
+    ) -> list[dict[str, Any]]:
         """MNN's raw-tensor calibration layout: one directory per sample, ``<input>.txt`` + ``input.json``."""
         import numpy as np
 
@@ -75,7 +99,7 @@ class MNNQuantization:
             (d / "input.json").write_text(json.dumps({"inputs": shapes}))
         return shapes
 
-    def _int8(self, ctx, fp32, work):
+    def _int8(self, ctx: BuildContext, fp32: Path, work: Path) -> tuple[Path, dict[str, Any]]:
         from edgekit.errors import ConversionError
         from edgekit.fidelity import compare
 
@@ -93,8 +117,9 @@ class MNNQuantization:
         )
         specs = ctx.source.inputs
         t0 = time.perf_counter()
-        procs = []
-        candidates, best = [], None
+        procs: list[Any] = []
+        candidates: list[dict[str, Any]] = []
+        best: Any = None
         try:
             for method, weights, k in plans:  # each calibration in its own child, two at a time
                 tag = f"{method.lower()}-{weights.lower()}{k}"
@@ -200,14 +225,14 @@ class MNNQuantization:
         return best[2], section
 
     # -- mixed precision (--budget) ---------------------------------------------------
-    def _fp32(self, ctx):
+    def _fp32(self, ctx: BuildContext) -> Path:
         """The FP32 .mnn ``build`` converted (converted now when called outside a build)."""
         fp32 = ctx.workdir / "model.fp32.mnn"
         if not fp32.is_file():
             self._convert(ctx.reference_path, fp32, [], ctx.workdir)
         return fp32
 
-    def _weighted_ops(self, ctx):
+    def _weighted_ops(self, ctx: BuildContext) -> list[str]:
         """``[op name]`` of the FP32 .mnn's convolutions (MNN turns Gemm/MatMul with constant weights into them)."""
         cached = ctx.session.memo.get("mnn.weighted_ops")
         if cached is not None:
@@ -232,7 +257,7 @@ class MNNQuantization:
         ctx.session.memo["mnn.weighted_ops"] = names
         return names
 
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """Reference layers -> MNN op names (``skip_quant_op_names``). MNN's ONNX converter names each op after
         the ONNX output it ends in: the Conv's own output, or that of the bias Add / BatchNormalization it
         fused, with ``__matmul_converted`` appended where a Gemm/MatMul became a convolution. Each MNN op is
@@ -242,7 +267,7 @@ class MNNQuantization:
         graph = onnx.load(str(ctx.reference_path), load_external_data=False).graph
         producer = {o: n for n in graph.node for o in n.output}
         wanted = {layer.name for layer in layers}
-        found = {}
+        found: dict[str, str] = {}
         for op in self._weighted_ops(ctx):
             node = producer.get(op[: -len(MATMUL_SUFFIX)] if op.endswith(MATMUL_SUFFIX) else op)
             for _ in range(6):
@@ -260,7 +285,7 @@ class MNNQuantization:
                     found.setdefault(key, op)
         return {layer.name: found.get(layer.name) for layer in layers}
 
-    def _skip_names(self, ctx, layer_names):
+    def _skip_names(self, ctx: BuildContext, layer_names: Iterable[str]) -> list[str]:
         import onnx
 
         from edgekit.passes.mixed_precision import candidate_layers
@@ -269,7 +294,7 @@ class MNNQuantization:
         layers = [layer for layer in candidate_layers(onnx.load(str(ctx.reference_path))) if layer.name in wanted]
         return sorted(n for n in self.layer_names(ctx, layers).values() if n)
 
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         """Full INT8 with ``skip_quant_op_names``: MNN's quantization tool leaves those convolutions in float
         (weights and arithmetic; it skips them when it collects feature ranges). One calibration per search:
         the one plain int8 chose (or the first candidate outside a build)."""
@@ -283,7 +308,7 @@ class MNNQuantization:
                 f"no MNN op found for layer(s) {', '.join(missing)} of the reference model, so "
                 "they cannot be kept float; build --precision int8 without --budget"
             )
-        skip = sorted(set(names.values()))
+        skip: list[str] = sorted(set(names.values()))  # type: ignore[type-var, assignment, arg-type]  # none is missing
         work = ctx.workdir
         method, weights, k = ctx.session.memo.get("mnn.int8_plan") or (
             INT8_CANDIDATES[0][0],
@@ -322,7 +347,7 @@ class MNNQuantization:
             skipped.unlink(missing_ok=True)
         return out
 
-    def _float_activations(self, src, dst, ops, work):
+    def _float_activations(self, src: Path, dst: Path, ops: set[str], work: Path) -> None:
         """MNN quantizes activations per tensor (``extraTensorDescribe`` quantInfo), also around the convolutions
         ``skip_quant_op_names`` left float: the ops between them and the neighbouring convolutions (layout
         conversion, pooling, reshapes) then run int8 and quantize the float layer's input and output anyway
@@ -338,7 +363,8 @@ class MNNQuantization:
         except ValueError as e:
             raise ConversionError(f"MNN's JSON dump of {src.name} cannot be read: {e}") from e
         oplist = net.get("oplists") or []
-        producer, consumers = {}, {}
+        producer: dict[int, dict[str, Any]] = {}
+        consumers: dict[int, list[dict[str, Any]]] = {}
         for op in oplist:
             for t in op.get("outputIndexes") or []:
                 producer[t] = op
@@ -352,7 +378,7 @@ class MNNQuantization:
         # Only through ops that run int8 or float alike (layout, pooling, softmax), and only tensors every reader
         # of which takes float: an op with int8-specific parameters (UnaryOp's tableInt8: hard-swish) fed a
         # tensor that lost its quantization computes garbage (measured on PP-OCR: cosine 0.99 -> 0.6).
-        def readers_ok(t):  # every reader takes a float tensor: a convolution, a float layer, or a safe op
+        def readers_ok(t: int) -> bool:
             return all(
                 c.get("type") in MNN_WEIGHTED or c.get("type") in FLOAT_SAFE or c.get("name") in ops
                 for c in consumers.get(t, [])

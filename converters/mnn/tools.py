@@ -1,10 +1,16 @@
 """MNN's converter and quantizer: its compiled ``_tools`` module, run in child processes."""
 
+from __future__ import annotations
+
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 # The child that runs MNN's compiled tools: _tools only, never MNN.tools (see the module docstring).
 _TOOL_MAIN = (
@@ -33,19 +39,19 @@ _PROGRESS = (
 )
 
 
-def _runner_module():
+def _runner_module() -> ModuleType:
     from edgekit_agent.runners import mnn
 
     return mnn
 
 
-def _tool_env():
+def _tool_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update({"PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     return env
 
 
-def _start_tool(kind, argv, cwd):
+def _start_tool(kind: str, argv: Sequence[str], cwd: str | Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", _TOOL_MAIN, kind, json.dumps([str(a) for a in argv])],
         cwd=str(cwd),
@@ -56,7 +62,7 @@ def _start_tool(kind, argv, cwd):
     )
 
 
-def _finish_tool(proc, timeout=3600):
+def _finish_tool(proc: subprocess.Popen[bytes], timeout: float = 3600) -> tuple[int, str]:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -66,12 +72,12 @@ def _finish_tool(proc, timeout=3600):
     return proc.returncode, out.decode("utf-8", "replace").replace("\r", "\n")
 
 
-def _tail(output, n=8):
+def _tail(output: str, n: int = 8) -> str:
     lines = [line for line in output.splitlines() if line.strip() and not line.startswith(_PROGRESS)]
     return "\n    ".join(lines[-n:]) or "(no output)"
 
 
-def _run_tool(kind, argv, cwd, expect):
+def _run_tool(kind: str, argv: Sequence[str], cwd: str | Path, expect: str | Path) -> str:
     from edgekit.errors import ConversionError
 
     code, out = _finish_tool(_start_tool(kind, argv, cwd))

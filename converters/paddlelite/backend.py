@@ -16,13 +16,21 @@ reads, where 3.x's is not). Choices, and why (measured with paddlelite 2.13rc0 o
 - x2paddle's usage report is disabled (see ``tools/paddle_convert.py``).
 """
 
+from __future__ import annotations
+
 import platform
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgekit.toolenvs import ToolEnvSpec
 
-from ..base import BuildResult
+from ..base import BuildContext, BuildResult
 from ..toolworker import ToolEnvBackend
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.errors import ConversionError
+    from edgekit.profiles import Profile
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 HOST_TARGET = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm", "arm64": "arm"}
@@ -72,23 +80,23 @@ class PaddleLiteBackend(ToolEnvBackend):
     )
     noise = ("Converting node", "INFO]", "=====", "warnings.warn", "UserWarning", "full_graph=True")
 
-    def runtime_version(self):
+    def runtime_version(self) -> str:
         return "2.13rc0"
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         # its runtime lives in a tool environment edgekit creates on first use
         return {"target": "x86" if arch == "x86_64" else "arm", "precisions": ["fp32"]}
 
     # -- conversion -------------------------------------------------------------------
     @staticmethod
-    def host_target():
+    def host_target() -> str | None:
         return HOST_TARGET.get(platform.machine().lower())
 
     @staticmethod
-    def _no_host_target():
+    def _no_host_target() -> ConversionError:
         from edgekit.errors import ConversionError
 
         return ConversionError(
@@ -96,7 +104,17 @@ class PaddleLiteBackend(ToolEnvBackend):
             "a converted model could not be checked here"
         )
 
-    def _convert(self, onnx_path, work, targets, inputs, outputs, runner_options, log, session):
+    def _convert(
+        self,
+        onnx_path: str | Path,
+        work: Path,
+        targets: list[str],
+        inputs: list[dict[str, Any]],
+        outputs: list[dict[str, Any]],
+        runner_options: dict[str, Any],
+        log: Callable[[str], Any] | None,
+        session: BuildSession,
+    ) -> dict[str, Any]:
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
@@ -111,7 +129,7 @@ class PaddleLiteBackend(ToolEnvBackend):
             session.register(nb, dict(runner_options, inputs=res["inputs"], target=t), inputs, outputs)
         return res
 
-    def convert_fp32(self, onnx_path, workdir, session=None):
+    def convert_fp32(self, onnx_path: str | Path, workdir: str | Path, session: BuildSession | None = None) -> Path:
         from edgekit.model import load_model
 
         from ..session import BuildSession
@@ -135,7 +153,7 @@ class PaddleLiteBackend(ToolEnvBackend):
         session.register_fp32(onnx_path, nb)
         return nb
 
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         import onnx
 
         from edgekit import toolenvs

@@ -1,9 +1,16 @@
 """Paddle Lite's reduced build: the tailoring lists ``opt`` recorded."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from edgekit.errors import BundleError
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def _write_paddlelite(bundle_dir, manifest, out):
+
+def _write_paddlelite(bundle_dir: Path, manifest: dict[str, Any], out: Path) -> list[Path]:
     """Paddle Lite: the tailoring lists ``opt --record_tailoring_info=true`` wrote, under the names its build reads.
 
     The bundle carries them as ``tailored_ops`` / ``tailored_kernels`` files (the agent refuses

@@ -20,13 +20,25 @@ and the PP-OCR cls model):
   FP32, so the host profile prefers int8 when calibration data is given, else fp32.
 """
 
+from __future__ import annotations
+
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..base import Backend, BuildResult
+from ..base import Backend, BuildContext, BuildResult
 from .common import IO_FILE, TOOLENV, TOOLS, _runner_module, _structured_probe, _threads
 from .quantize import TFLiteQuantization
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.converters.toolworker import HostRunner
+    from edgekit.data import Dataset
+    from edgekit.execution import Feed
+    from edgekit.model import TensorSpec
+    from edgekit.profiles import Profile
+    from edgekit_agent.runners.tflite import TFLiteRunner
 
 
 class TFLiteBackend(TFLiteQuantization, Backend):
@@ -42,7 +54,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
     # per-build state lives in ctx.session: the FP32 .tflite of each reference (host timing) and, in
     # memo["tflite.converted"], the tool's result for the build's conversion (mixed precision)
 
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         from edgekit import toolenvs
 
         found = _runner_module()._interpreter_module()
@@ -58,15 +70,15 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         )
         return True, f"{found[0]} {found[2]} (XNNPACK on CPU); converter tool environment {where}"
 
-    def explain_unavailable(self, detail):
+    def explain_unavailable(self, detail: str) -> str:
         # the install hint is for a missing LiteRT; a missing interpreter for the tool environment says its own fix
         return f"{detail}. {self.install_hint}" if _runner_module()._interpreter_module() is None else detail
 
-    def runtime_version(self):
+    def runtime_version(self) -> str | None:
         found = _runner_module()._interpreter_module()
         return found[2] if found else None
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         for p in profile.backend("tflite").get("precisions", ["fp32"]):
             if p == "int8" and not have_calib:
                 continue
@@ -74,7 +86,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
                 return p
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         import importlib.util
 
         if importlib.util.find_spec("ai_edge_litert") is None and importlib.util.find_spec("tflite_runtime") is None:
@@ -83,7 +95,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         return {"delegates": ["xnnpack"], "precisions": ["int8", "fp32"]}
 
     # -- host-side inference (fidelity, timing) -------------------------------------
-    def _model(self, model_path, threads, specs_from=None):
+    def _model(self, model_path: str | Path, threads: int | None, specs_from: Any = None) -> TFLiteRunner:
         """The agent's runner on the host, with the layout file beside the model."""
         tfl = _runner_module()
         model_path = Path(model_path)
@@ -105,19 +117,29 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         r.load()
         return r
 
-    def reference_threads(self, threads):
+    def reference_threads(self, threads: int | None) -> int:
         return _threads(threads)
 
-    def execution(self, model_path, threads=None, session=None):
+    def execution(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> TFLiteRunner:
         """The agent's LiteRT runner, in this Python."""
         return self._model(model_path, threads)
 
-    def predict(self, model_path, samples, threads=None, session=None):
+    def predict(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         if str(model_path).endswith(".onnx"):  # the reference: ONNX Runtime, so the FP32 step tests onnx2tf
             return self.reference_outputs(model_path, samples, threads, session)
         return super().predict(model_path, samples, threads, session)
 
-    def runner(self, model_path, threads=None, session=None):
+    def runner(
+        self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None
+    ) -> HostRunner:
         """Timing on the host: an ONNX reference is timed as its FP32 .tflite (LiteRT against LiteRT): the one this
         build made, else one converted now (e.g. the unpruned model of a pruned build). Close it when done."""
         from ..toolworker import HostRunner, own_fp32
@@ -127,8 +149,19 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         return HostRunner(model.run, cleanup + [model.close], runtime=self.runtime)
 
     def _convert(
-        self, onnx_path, work, precision, specs, outputs, probe, threads, log, calib=None, extra=None, session=None
-    ):
+        self,
+        onnx_path: str | Path,
+        work: Path,
+        precision: str,
+        specs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        probe: Feed,
+        threads: int | None,
+        log: Callable[[str], Any] | None,
+        calib: Dataset | None = None,
+        extra: dict[str, Any] | None = None,
+        session: BuildSession | None = None,
+    ) -> dict[str, Any]:
         import numpy as np
 
         from edgekit import toolenvs
@@ -150,7 +183,8 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         }
         if calib is not None:
             np.savez(
-                work / "calib.npz", **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples]) for s in specs}
+                work / "calib.npz",
+                **{s.name: np.stack([np.asarray(x[s.name]) for x in calib.samples]) for s in specs},  # type: ignore[arg-type]
             )
             request["calib"] = str(work / "calib.npz")
         request.update(extra or {})
@@ -160,7 +194,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
             session.register_fp32(onnx_path, res["fp32"])
         return res
 
-    def convert_fp32(self, onnx_path, workdir, session=None):
+    def convert_fp32(self, onnx_path: str | Path, workdir: str | Path, session: BuildSession | None = None) -> Path:
         """``onnx_path`` as an FP32 .tflite in ``workdir`` (for timing a reference this build did not convert)."""
         from edgekit.model import load_model
 
@@ -179,7 +213,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         return Path(res["fp32"])
 
     # -- conversion -------------------------------------------------------------------
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         from edgekit import toolenvs
 
         if ctx.precision == "int8":
@@ -211,7 +245,7 @@ class TFLiteBackend(TFLiteQuantization, Backend):
         seconds = round(time.perf_counter() - t0, 2)
         fp32, model_file = Path(res["fp32"]), Path(res["model"])
         ctx.check("fp32 (ONNX -> TFLite, onnx2tf)", fp32)
-        quant = res.get("quantization")
+        quant: Any = res.get("quantization")
         sections = {}
         if ctx.precision == "int8" and ctx.budget is not None:
             from edgekit.passes.mixed_precision import search

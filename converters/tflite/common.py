@@ -1,9 +1,19 @@
 """Shared by the TFLite backend's modules: its tool environment, the agent's runner module, probes."""
 
+from __future__ import annotations
+
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 from edgekit.toolenvs import ToolEnvSpec
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import numpy as np
+
+    from edgekit.model import TensorSpec
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -71,17 +81,17 @@ TOOLENV = ToolEnvSpec(
 )
 
 
-def _runner_module():
+def _runner_module() -> ModuleType:
     from edgekit_agent.runners import tflite
 
     return tflite
 
 
-def _threads(threads):
+def _threads(threads: int | None) -> int:
     return threads or min(4, os.cpu_count() or 1)
 
 
-def _structured_probe(specs, seed=0):
+def _structured_probe(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
     """One input per spec with spatial structure (gradients and waves differing per axis), so a wrong
     layout shows as a large error (random noise through global pooling hides it)."""
     import numpy as np

@@ -1,10 +1,19 @@
 """Placement for TFLite: the GPU delegate's documented op list (with versions); the ops of a reduced build."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from edgekit import support_tables as st
 from edgekit.placement_targets import _accelerator_name, _target
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def tflite_targets(nodes, profile):
+    from edgekit.profiles import Profile
+
+
+def tflite_targets(nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     """TFLite GPU delegate from its documented op list (the tflite backend's ops carry versions)."""
     if not profile.data.get("accelerators"):
         return []
@@ -20,7 +29,7 @@ def tflite_targets(nodes, profile):
     ]
 
 
-def _write_tflite(bundle_dir, manifest, out):
+def _write_tflite(bundle_dir: Path, manifest: dict[str, Any], out: Path) -> list[Path]:
     """TFLite: the op list with versions (TFLite's selective build reads the .tflite model itself)."""
     lines = []
     for o in manifest.get("ops", []):
@@ -36,7 +45,7 @@ def _write_tflite(bundle_dir, manifest, out):
     return [out / "ops.txt", out / "README.txt"]
 
 
-def targets(kind, graph, nodes, profile):
+def targets(kind: str, graph: Any, nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     return tflite_targets(nodes, profile) if kind not in ("onnx", "openvino") else []
 
 

@@ -8,15 +8,16 @@ here with a ``RUNNER`` class; the backend table (:mod:`.table`, shared with the 
 
 import importlib
 import threading
+from typing import Dict, Optional, Type
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
-from .table import TABLE
+from .table import TABLE, Row
 
-_RUNNERS = {}  # type: dict
+_RUNNERS = {}  # type: Dict[str, Type[Runner]]
 _LOCK = threading.Lock()
 
 
-def _runner(row):
+def _runner(row: Row) -> Optional[Type[Runner]]:
     """The row's runner class, or None where this agent ships without that runner module."""
     with _LOCK:  # request threads must never see a half-built table
         if row.name not in _RUNNERS:
@@ -30,7 +31,7 @@ def _runner(row):
         return _RUNNERS[row.name]
 
 
-def _load():
+def _load() -> Dict[str, Type[Runner]]:
     found = {}
     for row in TABLE.rows():
         cls = _runner(row)
@@ -39,7 +40,7 @@ def _load():
     return found
 
 
-def get(backend):
+def get(backend: str) -> Type[Runner]:
     row = TABLE.get(backend)
     cls = _runner(row) if row is not None else None
     if cls is None:
@@ -50,7 +51,7 @@ def get(backend):
     return cls
 
 
-def runtimes():
+def runtimes() -> Dict[str, Optional[str]]:
     """``{backend: version or None}`` for the runtimes importable on this device."""
     return dict((name, cls.runtime_version()) for name, cls in sorted(_load().items()))
 

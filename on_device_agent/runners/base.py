@@ -1,7 +1,7 @@
 """The runner interface (Python 3.7 syntax, no third-party imports at module level)."""
 
 import os
-from typing import Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 
 class RunnerError(Exception):
@@ -23,41 +23,47 @@ class Runner(object):
     runtime: Optional[str] = None  # the import / pip name of the runtime
     install_hint = ""
 
-    def __init__(self, bundle_dir, manifest, threads=None, providers=None):
+    def __init__(
+        self,
+        bundle_dir: str,
+        manifest: Dict[str, Any],
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+    ) -> None:
         self.bundle_dir = bundle_dir
         self.manifest = manifest
         self.threads = int(threads) if threads else (os.cpu_count() or 1)
         self.requested = list(providers or manifest.get("runner", {}).get("providers") or [])
-        self.load_ms = None
+        self.load_ms: Optional[float] = None
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         """The runtime's version if importable here, else None."""
         raise NotImplementedError
 
-    def model_path(self):
+    def model_path(self) -> str:
         return os.path.join(self.bundle_dir, self.manifest["model"])
 
-    def load(self):
+    def load(self) -> None:
         raise NotImplementedError
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         """``{input: ndarray}`` -> ``{output: ndarray}``."""
         raise NotImplementedError
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         """What really runs: runtime, version, accelerator, requested vs active providers, threads."""
         raise NotImplementedError
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """``{accelerator: nodes}`` measured from one profiled run of ``feeds``, or None where unknown."""
         return None
 
-    def close(self):
+    def close(self) -> None:
         pass
 
     # -- input checking shared by every runner --------------------------------
-    def check_feeds(self, feeds):
+    def check_feeds(self, feeds: Dict[str, Any]) -> None:
         """Raise RunnerError (HTTP 400) for wrong names, dtypes or shapes."""
         specs = dict((s["name"], s) for s in self.manifest["inputs"])
         unknown = sorted(set(feeds) - set(specs))
@@ -76,7 +82,7 @@ class Runner(object):
                 raise RunnerError("input %r has shape %s; the model wants %s" % (name, list(a.shape), want))
 
 
-def fit_dtype(name, a, dtype, runtime):
+def fit_dtype(name: str, a: Any, dtype: Any, runtime: str) -> Any:
     """``a`` as the ``dtype`` a runtime's converted model takes (a numpy dtype or its name): int64 ids as int32,
     a bool mask as int32/uint8, when no value changes; else RunnerError naming the input and what to do."""
     import numpy as np
@@ -99,7 +105,7 @@ def fit_dtype(name, a, dtype, runtime):
     )
 
 
-def as_declared(outputs, manifest):
+def as_declared(outputs: Dict[str, Any], manifest: Dict[str, Any]) -> Dict[str, Any]:
     """Outputs in the dtypes the bundle declares, where the runtime computed them in another integer width
     (int32 for int64, uint8 for bool): what a client gets does not depend on the backend."""
     import numpy as np
@@ -114,7 +120,7 @@ def as_declared(outputs, manifest):
     return out
 
 
-def check_shape(name, shape, allowed):
+def check_shape(name: str, shape: Sequence[int], allowed: Optional[List[Any]]) -> Optional[str]:
     """None when ``shape`` is one the manifest allows (per dimension: a size, {"min", "max"}, {"values"} or
     None for any; ``allowed`` None: no declaration), else what is wrong: the input, the shape and the allowed ones."""
     if allowed is None:
@@ -136,7 +142,7 @@ def check_shape(name, shape, allowed):
     )
 
 
-def describe_allowed(allowed):
+def describe_allowed(allowed: List[Any]) -> str:
     """``[1, {"min": 32, "max": 960}, {"values": [8, 16]}, None]`` -> ``[1, 32..960, {8,16}, any]``."""
     out = []
     for a in allowed:
@@ -149,7 +155,7 @@ def describe_allowed(allowed):
     return "[" + ", ".join(out) + "]"
 
 
-def int8_products_saturate():
+def int8_products_saturate() -> bool:
     """True on an x86-64 CPU without VNNI, where ONNX Runtime's fused u8s8 int8 kernels (vpmaddubsw) saturate
     their 16-bit intermediate sums; ARM dot-product kernels and VNNI do not. Unknown (not Linux): False."""
     import platform

@@ -7,6 +7,7 @@ transposes NCHW -> NHWC before feeding, so apps send what the source model took.
 """
 
 import time
+from typing import Any, Dict, Optional
 
 from .base import Runner, RunnerFault, RuntimeMissing, as_declared, fit_dtype
 
@@ -17,14 +18,14 @@ class MindSporeLiteRunner(Runner):
     install_hint = "pip install mindspore-lite==2.0.0 (the PyPI wheel is for Python 3.7, Linux x86_64)"
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         try:
             import mindspore_lite
         except ImportError:
             return None
         return getattr(mindspore_lite, "__version__", "unknown")
 
-    def _ms(self):
+    def _ms(self) -> Any:
         try:
             import mindspore_lite
         except ImportError as e:
@@ -33,7 +34,7 @@ class MindSporeLiteRunner(Runner):
             ) from e
         return mindspore_lite
 
-    def load(self):
+    def load(self) -> None:
         ms = self._ms()
         opts = self.manifest.get("runner", {})
         self.device = opts.get("device", "cpu")
@@ -64,7 +65,7 @@ class MindSporeLiteRunner(Runner):
         self.output_names = [o["name"] for o in self.manifest.get("outputs") or []]
         self.version = self.runtime_version()
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         import numpy as np
 
         for name, tensor, nhwc in self.feed_plan:
@@ -86,7 +87,7 @@ class MindSporeLiteRunner(Runner):
             result[name] = np.array(o.get_data_to_numpy(), copy=True)
         return as_declared(result, self.manifest)
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         warnings = []
         if any(nhwc for _, _, nhwc in self.feed_plan):
             warnings.append("the .ms model takes NHWC; this runner transposes the NCHW inputs the bundle declares")

@@ -20,6 +20,7 @@ Python 3.7 syntax; MNN and numpy are imported lazily.
 """
 
 import re
+from typing import Any, Dict, List, Optional, Tuple
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing, as_declared
 from .quiet import CaptureStdout
@@ -34,10 +35,10 @@ BACKENDS_INFO = 2  # Interpreter::SessionInfoCode::BACKENDS
 _FALLBACK_RE = re.compile(r"Can't Find type=(\d+) backend, use (\d+) instead")
 _FEATURES_RE = re.compile(r"The device supports:([^\n]*)")
 
-_state = {"module": None, "import_output": ""}
+_state: Dict[str, Any] = {"module": None, "import_output": ""}
 
 
-def import_mnn():
+def import_mnn() -> Any:
     """``import MNN`` (never ``MNN.tools``) with its C++ prints kept off stdout; cached."""
     if _state["module"] is None:
         with CaptureStdout(echo=False) as cap:  # the CPU feature banner: parsed by cpu_features(), not shown
@@ -47,7 +48,7 @@ def import_mnn():
     return _state["module"]
 
 
-def cpu_features():
+def cpu_features() -> Optional[Dict[str, bool]]:
     """MNN's own view of the CPU, from the line it prints on import: ``{"i8sdot": False, ...}`` or None."""
     m = _FEATURES_RE.search(_state["import_output"] or "")
     if not m:
@@ -63,7 +64,7 @@ def cpu_features():
     return out or None
 
 
-def _np_dtype(MNN, halide_type):
+def _np_dtype(MNN: Any, halide_type: Any) -> Tuple[Any, Any]:
     import numpy as np
 
     table = [
@@ -84,15 +85,15 @@ class MNNModel(object):
 
     def __init__(
         self,
-        path,
-        backend="CPU",
-        threads=1,
-        precision="normal",
-        power="normal",
-        memory="normal",
-        input_shapes=None,
-        output_names=None,
-    ):
+        path: str,
+        backend: str = "CPU",
+        threads: Optional[int] = 1,
+        precision: str = "normal",
+        power: str = "normal",
+        memory: str = "normal",
+        input_shapes: Optional[Dict[str, List[Any]]] = None,
+        output_names: Optional[List[str]] = None,
+    ) -> None:
         self.path = path
         self.backend = backend
         self.threads = int(threads or 1)
@@ -100,9 +101,9 @@ class MNNModel(object):
         self.input_shapes = dict(input_shapes or {})
         self.wanted_outputs = list(output_names or [])
         self.messages = ""
-        self.fallbacks = []
+        self.fallbacks: List[Tuple[str, str]] = []
 
-    def config(self):
+    def config(self) -> Dict[str, Any]:
         return {
             "backend": self.backend,
             "numThread": self.threads,
@@ -111,7 +112,7 @@ class MNNModel(object):
             "memory": self.memory,
         }
 
-    def load(self):
+    def load(self) -> "MNNModel":
         MNN = import_mnn()
         with CaptureStdout() as cap:
             self.interpreter = MNN.Interpreter(self.path)
@@ -140,13 +141,13 @@ class MNNModel(object):
         self._refresh_io()
         return self
 
-    def _refresh_io(self):
+    def _refresh_io(self) -> None:
         self.inputs = dict(self.interpreter.getSessionInputAll(self.session))
         have = list(self.interpreter.getSessionOutputAll(self.session))
         wanted = [n for n in self.wanted_outputs if n in have]
         self.output_names = wanted if len(wanted) == len(self.wanted_outputs) and wanted else have
 
-    def _feed(self, feeds):
+    def _feed(self, feeds: Dict[str, Any]) -> None:
         import numpy as np
 
         MNN = _state["module"]
@@ -168,7 +169,7 @@ class MNNModel(object):
             host = MNN.Tensor(tuple(data.shape), htype, data, MNN.Tensor_DimensionType_Caffe)
             t.copyFromHostTensor(host)
 
-    def _outputs(self):
+    def _outputs(self) -> Dict[str, Any]:
         import numpy as np
 
         MNN = _state["module"]
@@ -181,29 +182,29 @@ class MNNModel(object):
             out[name] = np.array(host.getNumpyData(), copy=True).reshape(tuple(host.getShape()))
         return out
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         self._feed(feeds)
         code = self.interpreter.runSession(self.session)
         if code not in (0, None):
             raise RunnerFault("MNN runSession failed with error code %s" % code)
         return self._outputs()
 
-    def count_ops(self, feeds):
+    def count_ops(self, feeds: Dict[str, Any]) -> int:
         """Run once with MNN's per-operator callbacks; how many operators executed."""
         self._feed(feeds)
         executed = [0]
 
-        def before(tensors, info):
+        def before(tensors: Any, info: Any) -> bool:
             return True
 
-        def after(tensors, info):
+        def after(tensors: Any, info: Any) -> bool:
             executed[0] += 1
             return True
 
         self.interpreter.runSessionWithCallBackInfo(self.session, before, after)
         return executed[0]
 
-    def close(self):
+    def close(self) -> None:
         self.session = None
         self.interpreter = None
 
@@ -216,14 +217,14 @@ class MNNRunner(Runner):
     )
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         try:
             MNN = import_mnn()
         except ImportError:
             return None
         return MNN.version()
 
-    def _mnn(self):
+    def _mnn(self) -> Any:
         try:
             return import_mnn()
         except ImportError as e:
@@ -231,7 +232,7 @@ class MNNRunner(Runner):
                 "MNN is not installed for this device's Python (%s): %s" % (e, self.install_hint)
             ) from e
 
-    def _settings(self):
+    def _settings(self) -> Tuple[str, Dict[str, str]]:
         opts = self.manifest.get("runner") or {}
         backend = (self.requested[0] if self.requested else opts.get("backend") or "CPU").upper()
         if backend not in BACKENDS:
@@ -244,7 +245,7 @@ class MNNRunner(Runner):
             modes[key] = v
         return backend, modes
 
-    def load(self):
+    def load(self) -> None:
         import time
 
         MNN = self._mnn()
@@ -266,10 +267,10 @@ class MNNRunner(Runner):
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.output_names = self.model.output_names
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         return as_declared(self.model.run(feeds), self.manifest)  # MNN computes bool outputs as int32
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         active = self.model.active
         warnings = []
         if active != self.requested_backend:
@@ -301,7 +302,7 @@ class MNNRunner(Runner):
             "warnings": warnings,
         }
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """On the CPU backend every operator runs there: count them from one run with MNN's callbacks.
         A GPU session runs the operators its backend lacks on the CPU, which MNN does not report per
         operator: None there rather than a guess."""
@@ -310,7 +311,7 @@ class MNNRunner(Runner):
         n = self.model.count_ops(feeds)
         return {"CPU": n} if n else None
 
-    def close(self):
+    def close(self) -> None:
         model = getattr(self, "model", None)
         if model is not None:
             model.close()

@@ -16,13 +16,14 @@ Python 3.7 syntax; ``openvino`` is imported lazily, and never with its usage tel
 import os
 import sys
 import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .base import Runner, RunnerFault, RuntimeMissing, int8_products_saturate
 
 AUTO_DEFAULT = ["GPU", "CPU"]  # OpenVINO's AUTO default priority; the NPU is used only when listed
 
 
-def no_telemetry():
+def no_telemetry() -> None:
     """Keep OpenVINO and NNCF from sending usage data (and from writing ~/intel) in this process.
 
     ``import openvino`` imports its model conversion API, which sends usage data to Google
@@ -34,30 +35,30 @@ def no_telemetry():
     (only CI detection), and its opt-out API itself sends a "declined" event."""
     mod = sys.modules.get("openvino_telemetry")
     if mod is None:
-        sys.modules["openvino_telemetry"] = None
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
         return
     instance = getattr(getattr(mod, "Telemetry", None), "_SingletonMetaClass__single_instance", None)
     if instance is not None:
         instance.consent = False
     else:
-        sys.modules["openvino_telemetry"] = None  # nobody configured it: OpenVINO and NNCF take their stubs
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # nobody configured it: OpenVINO and NNCF take their stubs
 
 
-def _import_openvino():
+def _import_openvino() -> Any:
     no_telemetry()
     import openvino
 
     return openvino
 
 
-def _core_class(ov):
+def _core_class(ov: Any) -> Any:
     core = getattr(ov, "Core", None)
     if core is None:  # OpenVINO 2022.1-2023.0
-        from openvino.runtime import Core as core
+        from openvino.runtime import Core as core  # type: ignore[no-redef]
     return core
 
 
-def _version(ov):
+def _version(ov: Any) -> str:
     v = getattr(ov, "__version__", None)
     if not v:
         try:
@@ -69,7 +70,7 @@ def _version(ov):
     return str(v).split("-")[0]
 
 
-def device_list(spec):
+def device_list(spec: str) -> List[str]:
     spec = (spec or "CPU").strip()
     if spec == "AUTO":
         return list(AUTO_DEFAULT)
@@ -78,18 +79,18 @@ def device_list(spec):
     return [spec]  # CPU, GPU, GPU.1, NPU, HETERO:GPU,CPU: one compile target
 
 
-def _present(device, available):
+def _present(device: str, available: List[str]) -> bool:
     if device.startswith("HETERO:"):
         return all(_present(d, available) for d in device[7:].split(",") if d)
     return any(a == device or a.split(".")[0] == device for a in available)
 
 
-def _precision_name(value):
+def _precision_name(value: Any) -> str:
     name = getattr(value, "get_type_name", None)
     return name() if name else str(value)
 
 
-def _first_line(e):
+def _first_line(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(e).__name__
 
@@ -99,7 +100,13 @@ class OpenVINORunner(Runner):
     runtime = "openvino"
     install_hint = "pip install openvino (its wheel has the CPU, GPU and NPU plugins; GPU and NPU need Intel's drivers)"
 
-    def __init__(self, bundle_dir, manifest, threads=None, providers=None):
+    def __init__(
+        self,
+        bundle_dir: str,
+        manifest: Dict[str, Any],
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+    ) -> None:
         Runner.__init__(self, bundle_dir, manifest, threads=threads, providers=providers)
         opts = manifest.get("runner") or {}
         self.options = opts
@@ -108,18 +115,18 @@ class OpenVINORunner(Runner):
         self.requested = list(providers) if providers else device_list(self.device_spec)
         self.hint = opts.get("hint") or "LATENCY"
         self.precision = opts.get("inference_precision")
-        self.warnings = []
-        self.compiled = None
+        self.warnings: List[str] = []
+        self.compiled: Any = None
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         try:
             ov = _import_openvino()
         except ImportError:
             return None
         return _version(ov)
 
-    def _ov(self):
+    def _ov(self) -> Any:
         try:
             return _import_openvino()
         except ImportError as e:
@@ -128,7 +135,7 @@ class OpenVINORunner(Runner):
             ) from e
 
     # -- model cache ----------------------------------------------------------
-    def cache_dir(self):
+    def cache_dir(self) -> Optional[str]:
         """ROOT/cache/openvino for bundles in the agent's store (ROOT/models/NAME/versions/ID),
         else .openvino-cache beside the bundle; None while staged, where the directory is not
         writable, or when the bundle turns caching off."""
@@ -154,13 +161,13 @@ class OpenVINORunner(Runner):
         return path
 
     # -- loading --------------------------------------------------------------
-    def _config(self, core, device, cache=None, perf_count=False):
+    def _config(self, core: Any, device: str, cache: Optional[str] = None, perf_count: bool = False) -> Dict[str, Any]:
         try:
             supported = set(core.get_property(device, "SUPPORTED_PROPERTIES"))
         except Exception:  # HETERO and old plugins: pass what every plugin takes
             supported = None
 
-        def ok(key):
+        def ok(key: str) -> bool:
             return supported is None or key in supported
 
         config = {}
@@ -186,11 +193,11 @@ class OpenVINORunner(Runner):
             config["PERF_COUNT"] = True
         return config
 
-    def _warn_once(self, message):
+    def _warn_once(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
 
-    def load(self):
+    def load(self) -> None:
         ov = self._ov()
         self.version = _version(ov)
         t0 = time.perf_counter()
@@ -228,7 +235,7 @@ class OpenVINORunner(Runner):
             self.warnings.append(message + "; it ran on " + self.device + " instead")
         if cache:
             written = set(os.listdir(cache)) - before
-            self.model_cache = {"dir": cache, "state": "written" if written else "reused"}
+            self.model_cache: Dict[str, Optional[str]] = {"dir": cache, "state": "written" if written else "reused"}
         else:
             self.model_cache = {"dir": None, "state": "off"}
         wanted = dict((s["name"], i) for i, s in enumerate(self.manifest.get("outputs") or []))
@@ -256,38 +263,38 @@ class OpenVINORunner(Runner):
                 "accurate than there; build with --profile host for this machine"
             )
 
-    def _older_runtime(self):
+    def _older_runtime(self) -> Optional[str]:
         """A note when this device's OpenVINO is older than the one the bundle was built with."""
         built = str((self.manifest.get("runtime") or {}).get("version") or "")
 
-        def key(v):
+        def key(v: str) -> Optional[Tuple[int, ...]]:
             try:
                 return tuple(int(x) for x in v.split(".")[:3])
             except ValueError:
                 return None
 
-        if key(built) and key(self.version) and key(self.version) < key(built):
+        if key(built) and key(self.version) and key(self.version) < key(built):  # type: ignore[operator]
             return (
                 "the bundle was built with OpenVINO %s and this device has %s: IRs and quantized models from a "
                 "newer OpenVINO may not load or may run differently on an older one" % (built, self.version)
             )
         return None
 
-    def _property(self, key, convert=lambda v: v):
+    def _property(self, key: str, convert: Callable[[Any], Any] = lambda v: v) -> Any:
         try:
             return convert(self.compiled.get_property(key))
         except Exception:  # the plugin does not report it
             return None
 
-    def _execution_devices(self):
+    def _execution_devices(self) -> List[str]:
         devices = self._property("EXECUTION_DEVICES") or [self.device]
         return [str(d).strip("()") for d in devices]
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         result = self.request.infer(feeds)
         return dict((name, result[port]) for name, port in self.outputs)
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         threads = self._property("INFERENCE_NUM_THREADS") if self.device.split(".")[0] == "CPU" else None
         info = {
             "runtime": "openvino",
@@ -305,13 +312,13 @@ class OpenVINORunner(Runner):
         }
         return info
 
-    def _device_name(self):
+    def _device_name(self) -> str:
         try:
             return self.core.get_property(self.device, "FULL_DEVICE_NAME")
         except Exception:
             return self.device
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """Run once with OpenVINO's per-node profiling: ``{device: nodes executed}``."""
         compiled = self.core.compile_model(
             self.model_path(), self.device, self._config(self.core, self.device, perf_count=True)
@@ -325,7 +332,7 @@ class OpenVINORunner(Runner):
                 executed += 1
         return {self.active[0]: executed} if executed else None
 
-    def close(self):
+    def close(self) -> None:
         self.request = None
         self.compiled = None
 

@@ -3,6 +3,7 @@
 import json
 import os
 import tempfile
+from typing import Any, Dict, List, Optional
 
 from .base import Runner, RuntimeMissing, int8_products_saturate
 from .quiet import no_ort_telemetry
@@ -23,7 +24,7 @@ class OrtRunner(Runner):
     install_hint = "pip install onnxruntime (or onnxruntime-gpu / the vendor's build for this device)"
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         try:
             no_ort_telemetry()
             import onnxruntime
@@ -31,7 +32,7 @@ class OrtRunner(Runner):
             return None
         return onnxruntime.__version__
 
-    def _ort(self):
+    def _ort(self) -> Any:
         try:
             no_ort_telemetry()
             import onnxruntime
@@ -41,7 +42,7 @@ class OrtRunner(Runner):
             ) from e
         return onnxruntime
 
-    def _session_options(self, ort, profile_prefix=None):
+    def _session_options(self, ort: Any, profile_prefix: Optional[str] = None) -> Any:
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
@@ -54,7 +55,7 @@ class OrtRunner(Runner):
             so.profile_file_prefix = profile_prefix
         return so
 
-    def _providers(self, ort):
+    def _providers(self, ort: Any) -> List[str]:
         available = ort.get_available_providers()
         wanted = self.requested or [CPU]
         use = [p for p in wanted if p in available]
@@ -63,7 +64,7 @@ class OrtRunner(Runner):
         self.fallback = [p for p in wanted if p not in available]
         return use
 
-    def load(self):
+    def load(self) -> None:
         import time
 
         ort = self._ort()
@@ -87,10 +88,10 @@ class OrtRunner(Runner):
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.version = ort.__version__
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         active = self.session.get_providers()
         info = {
             "runtime": "onnxruntime",
@@ -115,7 +116,7 @@ class OrtRunner(Runner):
             info["warnings"].append(SATURATION_WARNING)
         return info
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Dict[str, int]:
         """Run once with ORT's profiler and count which provider executed each node."""
         ort = self._ort()
         tmp = tempfile.mkdtemp(prefix="edgekit-prof-")
@@ -139,7 +140,7 @@ class OrtRunner(Runner):
             args = e.get("args") or {}
             if e.get("cat") == "Node" and "provider" in args:
                 nodes[e["name"].rsplit("_kernel_time", 1)[0]] = args["provider"]
-        counts = {}
+        counts: Dict[str, int] = {}
         for provider in nodes.values():
             counts[provider] = counts.get(provider, 0) + 1
         return counts
@@ -148,7 +149,7 @@ class OrtRunner(Runner):
 RUNNER = OrtRunner
 
 
-def constant_folding_failed(error):
+def constant_folding_failed(error: BaseException) -> bool:
     """True for ONNX Runtime's failure to type-check an ``If`` branch after constant folding it (a model with
     fixed shapes whose branches give a tensor different ranks); the model loads with that optimizer disabled."""
     text = str(error)

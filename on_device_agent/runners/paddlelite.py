@@ -10,6 +10,7 @@ comparison with the build machine's outputs catches; this runner says so in its 
 
 import platform
 import sys
+from typing import Any, Dict, Optional
 
 from .base import Runner, RunnerError, RunnerFault, RuntimeMissing
 
@@ -24,11 +25,11 @@ _ARCH = {
 }
 
 
-def _version():
+def _version() -> str:
     try:
         from importlib import metadata  # Python 3.8+
     except ImportError:
-        metadata = None
+        metadata = None  # type: ignore[assignment]
     if metadata is not None:
         try:
             return metadata.version("paddlelite")
@@ -51,14 +52,14 @@ class PaddleLiteRunner(Runner):
     )
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         try:
             import paddlelite.lite  # noqa: F401
         except ImportError:
             return None
         return _version()
 
-    def _lite(self):
+    def _lite(self) -> Any:
         try:
             import paddlelite.lite as lite
         except ImportError as e:
@@ -67,7 +68,7 @@ class PaddleLiteRunner(Runner):
             ) from e
         return lite
 
-    def load(self):
+    def load(self) -> None:
         import time
 
         lite = self._lite()
@@ -115,7 +116,7 @@ class PaddleLiteRunner(Runner):
         ] or [(n, n) for n in out_names]
         self.version = self.runtime_version()
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         import numpy as np
 
         for name, nb_name in self.input_map:
@@ -125,11 +126,11 @@ class PaddleLiteRunner(Runner):
             # a memoryview is a sequence the binding copies from directly (no Python list first: measured ~0.4 ms
             # instead of ~0.65 ms for PP-OCR's 1x3x48x192 input on x86)
             if a.dtype == np.float32:
-                t.set_float_data(memoryview(a.reshape(-1)))
+                t.set_float_data(memoryview(a.reshape(-1)))  # type: ignore[arg-type]
             elif a.dtype == np.int32:
-                t.set_int32_data(memoryview(a.reshape(-1)))
+                t.set_int32_data(memoryview(a.reshape(-1)))  # type: ignore[arg-type]
             elif a.dtype == np.uint8:
-                t.set_uint8_data(memoryview(a.reshape(-1)))
+                t.set_uint8_data(memoryview(a.reshape(-1)))  # type: ignore[arg-type]
             else:
                 raise RunnerError(
                     "input %r is %s; the Paddle Lite runner feeds float32, int32 or uint8 (its Python binding has no "
@@ -142,7 +143,7 @@ class PaddleLiteRunner(Runner):
             for name, nb_name in self.output_map
         )
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         place = {
             "x86": "X86 CPU",
             "arm": "ARM CPU",

@@ -17,9 +17,13 @@ import os
 import sys
 import tempfile
 import threading
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from typing import Literal
 
 
-def no_ort_telemetry():
+def no_ort_telemetry() -> None:
     """Keep ONNX Runtime's telemetry off in this process and the processes it starts; call before ``import
     onnxruntime``."""
     os.environ["ORT_DISABLE_TELEMETRY"] = "1"
@@ -32,7 +36,7 @@ def no_ort_telemetry():
             pass
 
 
-def _flush_c_stdio():
+def _flush_c_stdio() -> None:
     """Flush C stdio buffers, so text a library printf'd lands where fd 1 points *now*."""
     try:
         import ctypes
@@ -52,13 +56,13 @@ class CaptureStdout(object):
     see); ``echo=False`` keeps it only in ``text`` (import banners). stdout keeps only what Python writes there.
     """
 
-    def __init__(self, echo=True):
+    def __init__(self, echo: bool = True) -> None:
         self.echo = echo
         self.text = ""
-        self._saved = None
-        self._tmp = None
+        self._saved: Optional[int] = None
+        self._tmp: Any = None
 
-    def __enter__(self):
+    def __enter__(self) -> "CaptureStdout":
         _CAPTURE_LOCK.acquire()
         try:
             sys.stdout.flush()
@@ -75,7 +79,7 @@ class CaptureStdout(object):
             self._saved = None
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> "Literal[False]":
         if self._saved is not None:
             _flush_c_stdio()
             os.dup2(self._saved, 1)

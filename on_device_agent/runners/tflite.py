@@ -14,6 +14,7 @@ outputs (full int8) are quantized/dequantized here with the tensor's scale and z
 """
 
 import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from .base import Runner, RunnerFault, RuntimeMissing
 from .quiet import CaptureStdout
@@ -27,7 +28,7 @@ DELEGATE_LIBRARIES = {
 CPU_NAMES = ("xnnpack", "cpu")
 
 
-def _interpreter_module():
+def _interpreter_module() -> Optional[Tuple[str, Any, Optional[str]]]:
     """``(pip name, module, version)`` of the first LiteRT interpreter importable here, or None."""
     try:
         with CaptureStdout(echo=False):  # some LiteRT builds print MNN's CPU feature banner on import
@@ -47,7 +48,7 @@ def _interpreter_module():
         return None
 
 
-def _dist_version(name):
+def _dist_version(name: str) -> Optional[str]:
     try:
         from importlib.metadata import version
     except ImportError:  # Python 3.7
@@ -63,11 +64,11 @@ def _dist_version(name):
         return None
 
 
-def _transpose(a, perm):
+def _transpose(a: Any, perm: Optional[List[int]]) -> Any:
     return a.transpose(perm) if perm else a
 
 
-def _inverse(perm):
+def _inverse(perm: List[int]) -> List[int]:
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
@@ -80,11 +81,11 @@ class TFLiteRunner(Runner):
     install_hint = "pip install ai-edge-litert (or tflite-runtime where the device has only that)"
 
     @classmethod
-    def runtime_version(cls):
+    def runtime_version(cls) -> Optional[str]:
         found = _interpreter_module()
         return found[2] if found else None
 
-    def _delegates(self, mod):
+    def _delegates(self, mod: Any) -> List[Any]:
         """Load each requested hardware delegate; failures become warnings (CPU fallback)."""
         libs = dict(DELEGATE_LIBRARIES)
         libs.update(self.manifest.get("runner", {}).get("delegate_libraries") or {})
@@ -112,7 +113,7 @@ class TFLiteRunner(Runner):
                 )
         return loaded
 
-    def load(self):
+    def load(self) -> None:
         found = _interpreter_module()
         if found is None:
             raise RuntimeMissing(
@@ -120,14 +121,15 @@ class TFLiteRunner(Runner):
                 % self.install_hint
             )
         self.runtime_name, mod, self.version = found
-        io = self.manifest.get("runner", {}).get("io") or {}
+        io: Dict[str, Any] = self.manifest.get("runner", {}).get("io") or {}
         t0 = time.perf_counter()
         delegates = self._delegates(mod)
         self.active = [n for n, _ in delegates]
         # With a hardware delegate, XNNPACK (the default delegate) is left out, so that every delegate partition
         # is the hardware delegate's and placement can say so; the nodes it does not take run on the builtin CPU
         # kernels. Where the interpreter cannot leave XNNPACK out, partitions are reported unattributed.
-        extra, self.xnnpack = {}, True
+        extra: Dict[str, Any] = {}
+        self.xnnpack: Optional[bool] = True
         if delegates:
             resolver = getattr(getattr(mod, "OpResolverType", None), "BUILTIN_WITHOUT_DEFAULT_DELEGATES", None)
             if resolver is not None:
@@ -166,13 +168,13 @@ class TFLiteRunner(Runner):
             self.outputs.append((spec["name"], d, m.get("perm")))
 
     @staticmethod
-    def _io_entry(entries, name, k):
+    def _io_entry(entries: Optional[List[Dict[str, Any]]], name: str, k: int) -> Dict[str, Any]:
         for e in entries or []:
             if e.get("name") == name:
                 return e
         return {}
 
-    def run(self, feeds):
+    def run(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         import numpy as np
 
         for name, d, perm in self.inputs:
@@ -195,14 +197,14 @@ class TFLiteRunner(Runner):
             out[name] = np.ascontiguousarray(_transpose(a, perm))
         return out
 
-    def _partitions(self):
+    def _partitions(self) -> Optional[int]:
         """How many delegate partitions the interpreter made (None if it cannot tell)."""
         try:
             return sum(1 for o in self.interp._get_ops_details() if o.get("op_name") == "DELEGATE")
         except Exception:
             return None
 
-    def _delegated_name(self):
+    def _delegated_name(self) -> str:
         """Whose the delegate partitions are."""
         if not self.active:
             return "xnnpack"
@@ -210,13 +212,13 @@ class TFLiteRunner(Runner):
             return self.active[0] if len(self.active) == 1 else "+".join(self.active)
         return "delegated (unattributed: %s or xnnpack)" % "/".join(self.active)
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         xnnpack_ran = self.xnnpack is not False and not (not self.active and self._partitions() == 0)
         if self.xnnpack is False:
             cpu = "the builtin CPU kernels (XNNPACK left out so that delegate partitions are the hardware delegate's)"
         else:
             cpu = "XNNPACK (the interpreter's default CPU delegate)"
-        info = {
+        info: Dict[str, Any] = {
             "runtime": self.runtime_name,
             "runtime_version": self.version,
             "accelerators_requested": self.requested or ["xnnpack"],
@@ -231,7 +233,7 @@ class TFLiteRunner(Runner):
             info["warnings"].append("delegate %s was requested but %s; it runs on the CPU (%s)" % (name, why, cpu))
         return info
 
-    def placement(self, feeds):
+    def placement(self, feeds: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """``{delegate: nodes}``: the graph's nodes inside delegate partitions, and those left to the builtin
         CPU kernels ("cpu"). A partition's nodes are found by walking back from its outputs to its inputs."""
         try:

@@ -19,7 +19,7 @@ import socket
 import struct
 import subprocess
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote
 
 from ..errors import BackendUnavailable, TransportError
@@ -65,7 +65,7 @@ def adb_executable() -> str | None:
         return None
 
 
-def _reachable(host, port):
+def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2):
             return True
@@ -96,7 +96,7 @@ def availability() -> dict[str, Any]:
     }
 
 
-def _client():
+def _client() -> Any:
     """An adbutils client for the adb server, started here if it is local and not running."""
     try:
         import adbutils
@@ -129,7 +129,7 @@ def _client():
     return adbutils.AdbClient(host=host, port=port, socket_timeout=30)
 
 
-def _adb_errors():
+def _adb_errors() -> tuple[type[BaseException], ...]:
     from adbutils import AdbError
 
     return (AdbError, OSError, EOFError)
@@ -157,7 +157,7 @@ class ADBTransport(Transport):
     def availability(cls) -> dict[str, Any]:
         return availability()
 
-    def __init__(self, target=None):
+    def __init__(self, target: str | None = None) -> None:
         if target == "all":
             raise TransportError(
                 "--adb all deploys to every attached device and works with `edgekit deploy` only; "
@@ -167,7 +167,7 @@ class ADBTransport(Transport):
         self.host, self.port = server_address()
         self.serial = self._pick(target)
         self.description = f"adb {self.serial}"
-        self._forwards = []
+        self._forwards: list[int] = []
         try:
             self.device = self.client.device(self.serial)
             self.features = set(self.device.get_features().split(","))
@@ -196,7 +196,7 @@ class ADBTransport(Transport):
         return ready
 
     @staticmethod
-    def _none_message(devices):
+    def _none_message(devices: list[tuple[str, str]]) -> str:
         host, port = server_address()
         seen = "; ".join(f"{s} is {state}" for s, state in devices)
         hint = " (accept the debugging prompt on the device)" if any(st == "unauthorized" for _, st in devices) else ""
@@ -205,7 +205,7 @@ class ADBTransport(Transport):
             f"{': ' + seen + hint if seen else ''}. Is USB debugging on? Check `adb devices`"
         )
 
-    def _pick(self, target):
+    def _pick(self, target: str | None) -> str:
         target = target or os.environ.get("ANDROID_SERIAL") or None
         devices = self.attached()
         if target:
@@ -291,7 +291,7 @@ class ADBTransport(Transport):
                 f"{self.description}: connection lost while running {argv[0]}: {e or type(e).__name__}"
             ) from None
 
-    def _run_v1(self, cmd, timeout):
+    def _run_v1(self, cmd: str, timeout: float) -> CommandResult:
         """The v1 shell has one output stream and no exit code: print the code after a marker."""
         marker = f"__edgekit_rc_{secrets.token_hex(6)}="
         with self._open(f"shell:{cmd}; echo {marker}$?", timeout=timeout) as c:
@@ -325,7 +325,7 @@ class ADBTransport(Transport):
                 f"{self.description}: renaming {part} to {name} failed: {(r.stderr or r.stdout).strip()}"
             )
 
-    def _push(self, local, remote, mode, size, on_progress):
+    def _push(self, local: Any, remote: str, mode: int, size: int, on_progress: Callable[[int], Any]) -> None:
         """SEND over the sync service: DATA blocks, DONE with the mtime, then OKAY or FAIL."""
         with self._open("sync:", timeout=120) as c:
             spec = f"{remote},{0o100000 | mode}".encode()
@@ -354,7 +354,7 @@ class ADBTransport(Transport):
             with self._open(host_command=cmd) as c:
                 c.check_okay()
                 host_port = int(c.read_string_block())
-        except (ValueError, *_adb_errors()) as e:
+        except (ValueError, *_adb_errors()) as e:  # type: ignore[misc]
             raise TransportError(f"{self.description}: forwarding device port {remote_port} failed: {e}") from None
         self._forwards.append(host_port)
         return host_port

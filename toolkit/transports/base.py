@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ..errors import TransportError
 
@@ -77,7 +77,9 @@ class Forwarder:
     already handed over end with their transport).
     """
 
-    def __init__(self, remote_port, open_channel, name="forward"):
+    def __init__(
+        self, remote_port: int, open_channel: Callable[[socket.socket, Any], None], name: str = "forward"
+    ) -> None:
         self.remote_port = int(remote_port)
         self.open_channel = open_channel
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -91,7 +93,7 @@ class Forwarder:
         self.thread = threading.Thread(target=self._accept, daemon=True, name=f"{name}-{self.port}")
         self.thread.start()
 
-    def _accept(self):
+    def _accept(self) -> None:
         while not self.closed:
             try:
                 ready, _, _ = select.select([self.sock, self._wake_r], [], [])
@@ -129,6 +131,9 @@ class Forwarder:
                 s.close()
             except OSError:
                 pass
+
+
+_T = TypeVar("_T", bound="Transport")
 
 
 class Transport(abc.ABC):
@@ -190,8 +195,8 @@ class Transport(abc.ABC):
     def close(self) -> None:  # noqa: B027 (optional: a transport with nothing to release keeps this)
         """Release the connection; further calls raise TransportError."""
 
-    def __enter__(self):
+    def __enter__(self: _T) -> _T:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

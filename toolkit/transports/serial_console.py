@@ -15,6 +15,7 @@ import shlex
 import time
 import zlib
 from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from edgekit_agent import serial_endpoint as proto
 
@@ -48,7 +49,7 @@ def endpoint_source() -> bytes:
     return resources.files("edgekit_agent").joinpath("serial_endpoint.py").read_bytes()
 
 
-def _ports_here():
+def _ports_here() -> str:
     found = sorted(glob.glob("/dev/ttyUSB*") + glob.glob("/dev/ttyACM*") + glob.glob("/dev/serial/by-id/*"))
     return ", ".join(found) if found else "none"
 
@@ -56,7 +57,30 @@ def _ports_here():
 class ConsoleBootstrap:
     """Console I/O and the endpoint's bootstrap (the attributes it uses are set by the transport)."""
 
-    def _open(self):
+    _serial: Any  # the pyserial module
+    port: str
+    baud: int
+    timeout: float
+    pty: bool
+    ser: Any  # the open serial.Serial
+    link: proto.Link | None
+    mux: proto.Mux
+    endpoint: dict[str, Any] | None
+    endpoint_path: str | None
+    _fresh_dir: str | None
+    _console: bytearray
+    _seen: bytearray
+    _rtt: float
+
+    if TYPE_CHECKING:  # what the transport provides
+
+        def _error(self, step: str, detail: str) -> TransportError: ...
+        def _link_read(self) -> bytes: ...
+        def _link_write(self, data: bytes) -> None: ...
+        def _on_dead(self, reason: str) -> None: ...
+        def _wait(self, chan: int, step: str, timeout: float) -> tuple[int, bytes]: ...
+
+    def _open(self) -> Any:
         serial = self._serial
         ser = serial.Serial(baudrate=self.baud, timeout=0.1, write_timeout=30, exclusive=True)
         ser.port = self.port
@@ -80,7 +104,7 @@ class ConsoleBootstrap:
             raise self._error("opening the port", f"{e} (check --baud)") from None
         return ser
 
-    def _read_console(self, step):
+    def _read_console(self, step: str) -> bytes:
         try:
             data = self.ser.read(max(1, self.ser.in_waiting))
         except (self._serial.SerialException, OSError) as e:
@@ -89,18 +113,18 @@ class ConsoleBootstrap:
         del self._seen[:-4000]
         return data
 
-    def _write_console(self, data, step):
+    def _write_console(self, data: bytes, step: str) -> None:
         try:
             self.ser.write(data)
         except (self._serial.SerialException, OSError) as e:
             raise self._error(step, f"the port vanished ({e})") from None
 
-    def _settle(self, seconds, step):
+    def _settle(self, seconds: float, step: str) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self._console += self._read_console(step)
 
-    def _check_login(self, step):
+    def _check_login(self, step: str) -> None:
         tail = bytes(self._console[-200:]).rstrip(b"\x00")
         if LOGIN.search(tail):
             raise self._error(
@@ -110,7 +134,7 @@ class ConsoleBootstrap:
                 "quit the program (or enable autologin on the serial getty), then run this again",
             )
 
-    def _no_answer(self, step, waited):
+    def _no_answer(self, step: str, waited: float) -> TransportError:
         seen = bytes(self._seen)
         if not seen.strip(b"\x00"):
             hint = (
@@ -133,7 +157,7 @@ class ConsoleBootstrap:
                 )
         return self._error(step, hint)
 
-    def _shell(self, command, step, timeout=None):
+    def _shell(self, command: str, step: str, timeout: float | None = None) -> tuple[int, bytes]:
         """Type one command; return ``(exit status, output)`` when the shell has run it."""
         tag = secrets.token_hex(4)
         self._write_console(f'{command}; echo "EK_""D={tag}:$?."\n'.encode(), step)
@@ -151,7 +175,7 @@ class ConsoleBootstrap:
             self._check_login(step)
         raise self._no_answer(step, wait)
 
-    def _bootstrap(self, python):
+    def _bootstrap(self, python: str | None) -> None:
         step = "getting the console's attention"
         # Three Ctrl-C: stop whatever runs (an endpoint left over from a lost session gives the console back).
         self._write_console(b"\x03\x03\x03", step)

@@ -14,6 +14,7 @@ the endpoint restores the console.
 
 import os
 import queue
+import socket
 import threading
 import time
 from typing import Any
@@ -36,7 +37,7 @@ from .serial_console import (  # noqa: F401  (the bootstrap's pieces, as this mo
 )
 
 
-def _is_pty(path):
+def _is_pty(path: str) -> bool:
     try:
         return os.major(os.stat(path).st_rdev) in range(136, 144)
     except OSError:
@@ -44,9 +45,9 @@ def _is_pty(path):
 
 
 class _HostMux(proto.Mux):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.channels = {0: queue.Queue()}
+        self.channels: dict[int, queue.Queue[tuple[int, bytes]]] = {0: queue.Queue()}
 
     def handle(self, op: Any, chan: int, body: bytes) -> None:
         q = self.channels.get(chan)
@@ -101,7 +102,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
             "and Python 3.7+",
         }
 
-    def __init__(self, target, baud=115200, python=None, timeout=10.0):
+    def __init__(self, target: str, baud: int | str = 115200, python: str | None = None, timeout: float = 10.0) -> None:
         if not target:
             raise TransportError("the serial transport needs a port: --serial /dev/ttyUSB0")
         try:
@@ -116,13 +117,13 @@ class SerialTransport(ConsoleBootstrap, Transport):
             raise TransportError(f"bad --baud {baud!r}: give the line speed in bit/s, e.g. 115200") from None
         self.timeout = float(timeout)
         self.pty = _is_pty(self.port)
-        self.link = None
+        self.link: proto.Link | None = None
         self.mux = _HostMux()
-        self.endpoint = None
-        self.endpoint_path = None  # where the endpoint is kept on the device
-        self._fresh_dir = None  # a mktemp -d directory (no writable $HOME), removed when the endpoint exits
-        self.last_put = None
-        self._forwards = []
+        self.endpoint: dict[str, Any] | None = None
+        self.endpoint_path: str | None = None  # where the endpoint is kept on the device
+        self._fresh_dir: str | None = None  # a mktemp -d directory (no writable $HOME), removed when the endpoint exits
+        self.last_put: dict[str, Any] | None = None
+        self._forwards: list[Forwarder] = []
         self._chan = 0
         self._chan_lock = threading.Lock()
         self._closed = False
@@ -149,23 +150,23 @@ class SerialTransport(ConsoleBootstrap, Transport):
             d += f" [{self.link.dead}]"
         return d
 
-    def _error(self, step, detail):
+    def _error(self, step: str, detail: str) -> TransportError:
         return TransportError(f"serial {self.port}: {step} failed: {detail}")
 
-    def _lost(self, step):
+    def _lost(self, step: str) -> TransportError:
         return self._error(step, self.link.dead if self.link is not None and self.link.dead else "the link is down")
 
     # -- the link ---------------------------------------------------------------
-    def _link_read(self):
+    def _link_read(self) -> bytes:
         return self.ser.read(max(1, self.ser.in_waiting))
 
-    def _link_write(self, data):
+    def _link_write(self, data: bytes) -> None:
         self.ser.write(data)
 
-    def _on_dead(self, reason):
+    def _on_dead(self, reason: str) -> None:
         self.mux.drop_all_streams()
 
-    def _new_channel(self):
+    def _new_channel(self) -> int:
         with self._chan_lock:
             while True:
                 self._chan = self._chan % 65535 + 1
@@ -173,10 +174,10 @@ class SerialTransport(ConsoleBootstrap, Transport):
                     self.mux.channels[self._chan] = queue.Queue()
                     return self._chan
 
-    def _free_channel(self, chan):
+    def _free_channel(self, chan: int) -> None:
         self.mux.channels.pop(chan, None)
 
-    def _send(self, op, chan, body, step, chunks=False):
+    def _send(self, op: int, chan: int, body: Any, step: str, chunks: bool = False) -> None:
         if self.link is None or self.link.dead:
             raise self._lost(step)
         try:
@@ -184,7 +185,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
         except proto.LinkDead:
             raise self._lost(step) from None
 
-    def _wait(self, chan, step, timeout):
+    def _wait(self, chan: int, step: str, timeout: float) -> tuple[int, bytes]:
         q = self.mux.channels[chan]
         deadline = time.monotonic() + timeout
         while True:
@@ -192,7 +193,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
                 return q.get(timeout=0.2)
             except queue.Empty:
                 pass
-            if self.link.dead:
+            if self.link.dead:  # type: ignore[union-attr]
                 try:
                     return q.get(timeout=0.3)
                 except queue.Empty:
@@ -201,7 +202,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
                 raise self._error(step, f"the device did not answer within {timeout:.0f} s (at {self.baud} baud)")
 
     @staticmethod
-    def _json(body):
+    def _json(body: bytes) -> Any:
         import json
 
         return json.loads(body.decode("utf-8")) if body else {}
@@ -279,7 +280,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
         finally:
             self._free_channel(chan)
 
-    def _poll(self, chan):
+    def _poll(self, chan: int) -> tuple[int, bytes] | None:
         try:
             return self.mux.channels[chan].get_nowait()
         except queue.Empty:
@@ -296,7 +297,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
         self._forwards.append(fw)
         return fw.port
 
-    def _tunnel(self, client, remote_port):
+    def _tunnel(self, client: socket.socket, remote_port: int) -> None:
         """One connection to a forwarded port: a TCP stream over the line to the device's ``remote_port``."""
         chan = self._new_channel()
         step = f"opening a stream to the device's port {remote_port}"
@@ -330,7 +331,7 @@ class SerialTransport(ConsoleBootstrap, Transport):
         self._closed = True
         self._abort()
 
-    def _abort(self):
+    def _abort(self) -> None:
         self._closed = True
         if self.link is not None:
             self.link.close()

@@ -14,7 +14,7 @@ from ..errors import BackendUnavailable, TransportError
 from .base import AddressError, CommandResult, Flag, Forwarder, ProgressFn, Transport
 
 
-def _port(text, target):
+def _port(text: str, target: str) -> int:
     try:
         port = int(text)
     except ValueError:
@@ -56,7 +56,7 @@ def reason(e: BaseException, timeout: float | None = None) -> str:
     return text or type(e).__name__
 
 
-def _pump(client, chan):
+def _pump(client: socket.socket, chan: Any) -> None:
     """Copy bytes both ways between a host socket and an SSH channel until either side ends."""
     try:
         while True:
@@ -87,7 +87,7 @@ def _pump(client, chan):
         client.close()
 
 
-def _AppendNewHostKey(path: str):  # noqa: N802  (a policy class, built once paramiko is imported)
+def _AppendNewHostKey(path: str) -> Any:  # noqa: N802  (a policy class, built once paramiko is imported)
     """accept-new: trust a host key seen for the first time and append one line for it to ``path``.
 
     The file is only ever appended to: other hosts' keys, hashed entries and comments stay as they are.
@@ -95,7 +95,7 @@ def _AppendNewHostKey(path: str):  # noqa: N802  (a policy class, built once par
     import paramiko
 
     class AppendNewHostKey(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client, hostname, key):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
             client.get_host_keys().add(hostname, key.get_name(), key)
             line = paramiko.hostkeys.HostKeyEntry([hostname], key).to_line()
             try:
@@ -148,7 +148,14 @@ class SSHTransport(Transport):
             return {"ok": False, "detail": "paramiko is not installed: pip install 'edgekit[ssh]'"}
         return {"ok": True, "detail": f"paramiko {paramiko.__version__}; host keys verified against known_hosts"}
 
-    def __init__(self, target, key_file=None, ssh_config=None, known_hosts=None, timeout=15.0):
+    def __init__(
+        self,
+        target: str,
+        key_file: str | None = None,
+        ssh_config: str | None = None,
+        known_hosts: str | None = None,
+        timeout: float = 15.0,
+    ) -> None:
         if not target:
             raise TransportError("ssh needs a target: [USER@]HOST[:PORT]")
         try:
@@ -220,9 +227,9 @@ class SSHTransport(Transport):
             raise TransportError(f"cannot connect to {self.description}: {why}") from None
         self.client = client
         self._sftp = None
-        self._forwards = []
+        self._forwards: list[Forwarder] = []
 
-    def _check(self):
+    def _check(self) -> Any:
         t = self.client.get_transport()
         if t is None or not t.is_active():
             raise TransportError(f"the connection to {self.description} was lost")
@@ -269,7 +276,7 @@ class SSHTransport(Transport):
             if fw.remote_port == remote_port and fw.alive:
                 return fw.port
 
-        def open_channel(client, addr):
+        def open_channel(client: socket.socket, addr: Any) -> None:
             try:
                 chan = t.open_channel("direct-tcpip", ("127.0.0.1", remote_port), addr)
             except Exception:  # paramiko raises ChannelException/SSHException/EOFError when the link is gone

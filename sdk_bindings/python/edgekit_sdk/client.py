@@ -8,7 +8,7 @@ The transport is a minimal HTTP/1.1 client over a socket (request in one ``senda
 import json
 import os
 import socket
-from typing import Optional
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
 
 from .wire import CONTENT_TYPE, decode_tensors, encode_tensors
 
@@ -32,25 +32,27 @@ def local_token(port: int, root: Optional[str] = None) -> Optional[str]:
 
 
 class AgentHTTPError(Exception):
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         Exception.__init__(self, "agent answered %d: %s" % (status, message))
         self.status = status
         self.message = message
 
 
 class _Connection(object):
-    def __init__(self, host, port, timeout):
+    def __init__(self, host: str, port: int, timeout: Optional[float]) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb")
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.rfile.close()
         finally:
             self.sock.close()
 
-    def exchange(self, head, body, length):
+    def exchange(
+        self, head: bytes, body: Optional[Union[bytes, BinaryIO]], length: int
+    ) -> Tuple[int, Dict[str, str], bytes]:
         if body is None or isinstance(body, bytes):
             self.sock.sendall(head + (body or b""))
         else:  # a file object: stream it
@@ -87,11 +89,18 @@ class AgentClient(object):
     """A client of one agent. ``token``: given, else ``$EDGEKIT_AGENT_TOKEN``, else (an agent on this machine)
     read from the agent's root (``root``, see :func:`local_token`); reads and inference need none on loopback."""
 
-    def __init__(self, host="127.0.0.1", port=8765, token=None, timeout=60.0, root=None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        token: Optional[str] = None,
+        timeout: float = 60.0,
+        root: Optional[str] = None,
+    ) -> None:
         if token is None:
             token = os.environ.get("EDGEKIT_AGENT_TOKEN") or (local_token(port, root) if host in LOOPBACK else None)
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
-        self._conn = None
+        self._conn: Optional[_Connection] = None
         self.bytes_sent = 0  # request bytes written (headers + bodies), for transfer accounting
 
     @classmethod
@@ -102,35 +111,35 @@ class AgentClient(object):
             port = json.load(f)["port"]
         return cls("127.0.0.1", port, timeout=timeout, root=root)
 
-    def close(self):
+    def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self):
+    def __enter__(self) -> "AgentClient":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def request(
         self,
-        method,
-        path,
-        body=None,
-        content_type="application/json",
-        timeout=None,
-        raw=False,
-        length=None,
-        headers=None,
-    ):
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Optional[float] = None,
+        raw: bool = False,
+        length: Optional[int] = None,
+        headers: Optional[Dict[str, str]] = None,
+    ) -> Any:
         """One request; ``body`` is a dict (sent as JSON), bytes, or a file object of ``length`` bytes;
         ``headers``: more request headers ``{name: value}``."""
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode("utf-8")
         if length is None:
             length = len(body) if body is not None else 0
-        head = [
+        head: Any = [
             "%s %s HTTP/1.1" % (method, path),
             "Host: %s:%d" % (self.host, self.port),
             "Content-Type: " + content_type,
@@ -148,10 +157,10 @@ class AgentClient(object):
             fresh = self._conn is None
             if fresh:
                 self._conn = _Connection(self.host, self.port, self.timeout)
-            self._conn.sock.settimeout(timeout or self.timeout)
+            self._conn.sock.settimeout(timeout or self.timeout)  # type: ignore[union-attr]
             try:
                 self.bytes_sent += len(head) + length
-                status, headers, data = self._conn.exchange(head, body, length)
+                status, got, data = self._conn.exchange(head, body, length)  # type: ignore[union-attr]
                 break
             except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
                 # A kept-alive connection the agent had closed: retry once on a new one.
@@ -161,7 +170,7 @@ class AgentClient(object):
             except Exception:
                 self.close()
                 raise
-        if headers.get("connection", "").lower() == "close":
+        if got.get("connection", "").lower() == "close":
             self.close()
         if status >= 400:
             try:
@@ -170,36 +179,44 @@ class AgentClient(object):
                 message = data[:200].decode("utf-8", "replace")
             raise AgentHTTPError(status, message)
         if raw:
-            return data, headers.get("content-type", "")
+            return data, got.get("content-type", "")
         return json.loads(data.decode("utf-8")) if data else {}
 
     # -- API -------------------------------------------------------------------
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         return self.request("GET", "/v1/health")
 
-    def models(self):
+    def models(self) -> List[Dict[str, Any]]:
         return self.request("GET", "/v1/models")["models"]
 
-    def load(self, name, threads=None, providers=None, warmup=None):
+    def load(
+        self,
+        name: str,
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+        warmup: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Load (or reload) the current version and run ``warmup`` inferences (default: the agent's setting)."""
         return self.request(
             "POST", "/v1/models/%s/load" % name, {"threads": threads, "providers": providers, "warmup": warmup}
         )
 
-    def annotate(self, request_id, pre_ms=None, post_ms=None):
+    def annotate(
+        self, request_id: str, pre_ms: Optional[float] = None, post_ms: Optional[float] = None
+    ) -> Dict[str, Any]:
         """Record the pre/post-processing time the app spent around a request (id from ``infer(with_meta=True)``)."""
         return self.request(
             "POST", "/v1/telemetry/annotate", {"request_id": request_id, "pre_ms": pre_ms, "post_ms": post_ms}
         )
 
-    def metrics(self):
+    def metrics(self) -> str:
         """The Prometheus text exposition."""
         return self.request("GET", "/metrics", raw=True)[0].decode("utf-8")
 
-    def unload(self, name):
+    def unload(self, name: str) -> Dict[str, Any]:
         return self.request("POST", "/v1/models/%s/unload" % name, {})
 
-    def infer(self, name, inputs, with_meta=False, session=None):
+    def infer(self, name: str, inputs: Dict[str, Any], with_meta: bool = False, session: Optional[str] = None) -> Any:
         """``inputs``: ``{name: ndarray}``; returns ``{name: ndarray}`` (and the response header).
         ``session``: a stream's session id (the agent feeds and keeps its state; see :meth:`stream`)."""
         data, ctype = self.request(
@@ -213,48 +230,64 @@ class AgentClient(object):
         outputs, header = decode_tensors(data)
         return (outputs, header) if with_meta else outputs
 
-    def stream(self, name, session=None):
+    def stream(self, name: str, session: Optional[str] = None) -> Any:
         """A :class:`~edgekit_sdk.stream.Stream` over a model built with ``--stream``: send each step's data
         inputs, the agent keeps the state (``session``: its id, default a new random one)."""
         from .stream import Stream
 
         return Stream(self, name, session)
 
-    def sessions(self, name):
+    def sessions(self, name: str) -> Dict[str, Any]:
         """The stream sessions the agent keeps for ``name``, and the table's bounds."""
         return self.request("GET", "/v1/models/%s/sessions" % name)
 
-    def end_session(self, name, session):
+    def end_session(self, name: str, session: str) -> Dict[str, Any]:
         """Forget a session's state (its next request starts from the initial state)."""
         return self.request("DELETE", "/v1/models/%s/sessions" % name, headers={"X-Edgekit-Session": session})
 
-    def infer_json(self, name, inputs):
+    def infer_json(self, name: str, inputs: Dict[str, Any]) -> Dict[str, Any]:
         return self.request("POST", "/v1/models/%s/infer" % name, {"inputs": inputs})
 
-    def bench(self, name, runs=100, warmup=10, threads=None, providers=None, timeout=600):
+    def bench(
+        self,
+        name: str,
+        runs: int = 100,
+        warmup: int = 10,
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+        timeout: float = 600,
+    ) -> Dict[str, Any]:
         body = {"runs": runs, "warmup": warmup, "threads": threads, "providers": providers}
         return self.request("POST", "/v1/models/%s/bench" % name, body, timeout=timeout)
 
-    def rollback(self, name, version=None):
+    def rollback(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Serve the previous kept version again, or ``version`` if the device keeps it."""
         return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
 
-    def split(self, name, versions):
+    def split(self, name: str, versions: Dict[str, int]) -> Dict[str, Any]:
         """Serve several kept versions at once: ``{"v1": 90, "v2": 10}`` (``{}`` ends the split)."""
         return self.request("PUT", "/v1/models/%s/split" % name, {"versions": versions})
 
-    def breaker(self, name, limits):
+    def breaker(self, name: str, limits: Dict[str, Any]) -> Dict[str, Any]:
         """Circuit-breaker limits of one model, e.g. ``{"error_rate": 0.2, "p99_ms": 50}`` (``{}``: the agent's)."""
         return self.request("PUT", "/v1/models/%s/breaker" % name, {"limits": limits})
 
-    def remove(self, name):
+    def remove(self, name: str) -> Dict[str, Any]:
         """Unload a model and delete every version the device keeps of it."""
         return self.request("DELETE", "/v1/models/%s" % name)
 
-    def begin_upload(self, name, version, manifest):
+    def begin_upload(self, name: str, version: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
         return self.request("POST", "/v1/bundles/%s/%s" % (name, version), manifest)
 
-    def put_file(self, name, version, filename, data, length=None, offset=0):
+    def put_file(
+        self,
+        name: str,
+        version: str,
+        filename: str,
+        data: Union[bytes, BinaryIO],
+        length: Optional[int] = None,
+        offset: int = 0,
+    ) -> Dict[str, Any]:
         """Send one bundle file (or its rest from ``offset``): ``data`` is bytes, or a file object with ``length``."""
         query = "?offset=%d" % offset if offset else ""
         return self.request(
@@ -266,7 +299,7 @@ class AgentClient(object):
             length=length,
         )
 
-    def commit(self, name, version, verify=False):
+    def commit(self, name: str, version: str, verify: bool = False) -> Dict[str, Any]:
         """Install an uploaded version; with ``verify`` the agent first checks it loads and runs on the device."""
         return self.request(
             "POST",

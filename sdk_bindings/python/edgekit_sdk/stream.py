@@ -10,29 +10,30 @@ on the agent; :meth:`reset` starts it again from the initial state.
 """
 
 import uuid
+from typing import Any, Dict, Iterable, List, Optional
 
 from .client import AgentHTTPError
 
 
 class Stream(object):
-    def __init__(self, client, model, session=None):
+    def __init__(self, client: Any, model: str, session: Optional[str] = None) -> None:
         self.client, self.model = client, model
         self.session = session or uuid.uuid4().hex
         self.steps = 0
-        self.last_meta = None
+        self.last_meta = None  # type: Any
 
-    def step(self, inputs):
+    def step(self, inputs: Dict[str, Any]) -> Dict[str, Any]:
         """One step: ``{input: ndarray}`` without the state inputs -> ``{output: ndarray}`` without the state."""
         outputs, meta = self.client.infer(self.model, inputs, with_meta=True, session=self.session)
         self.last_meta = meta
         self.steps += 1
         return outputs
 
-    def run(self, steps):
+    def run(self, steps: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
         """Every step of ``steps`` (an iterable of input dicts) in order; the list of their outputs."""
         return [self.step(inputs) for inputs in steps]
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget the state on the agent: the next step starts from the initial state."""
         try:
             self.client.end_session(self.model, self.session)
@@ -41,11 +42,11 @@ class Stream(object):
                 raise
         self.steps = 0
 
-    def close(self):
+    def close(self) -> None:
         self.reset()
 
-    def __enter__(self):
+    def __enter__(self) -> "Stream":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()

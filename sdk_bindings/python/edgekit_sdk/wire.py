@@ -10,6 +10,7 @@ keys in the header (timings, for example) travel as metadata.
 
 import json
 import struct
+from typing import Any, Dict, Optional, Tuple
 
 CONTENT_TYPE = "application/x-edgekit-tensors"
 MAGIC = b"EKT1"
@@ -24,7 +25,7 @@ class WireError(ValueError):
     pass
 
 
-def encode_tensors(tensors, meta=None):
+def encode_tensors(tensors: Dict[str, Any], meta: Optional[Dict[str, Any]] = None) -> bytes:
     """``{name: ndarray}`` -> bytes."""
     import numpy as np
 
@@ -45,7 +46,7 @@ def encode_tensors(tensors, meta=None):
     return MAGIC + struct.pack("<I", len(raw)) + raw + b"".join(chunks)
 
 
-def decode_tensors(body):
+def decode_tensors(body: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """bytes -> ``({name: ndarray}, header)``; raises WireError on malformed input."""
     import numpy as np
 
@@ -101,7 +102,7 @@ def decode_tensors(body):
     return out, header
 
 
-def tensors_from_json(obj):
+def tensors_from_json(obj: Dict[str, Any]) -> Dict[str, Any]:
     """``{"x": {"dtype", "shape", "data"}}`` (or a bare nested list, taken as float32) -> arrays."""
     import numpy as np
 
@@ -122,7 +123,7 @@ def tensors_from_json(obj):
     return out
 
 
-def tensors_to_json(tensors):
+def tensors_to_json(tensors: Dict[str, Any]) -> Dict[str, Any]:
     """Arrays -> standard JSON values; NaN and infinities (which JSON has no numbers for) become null."""
     import numpy as np
 
