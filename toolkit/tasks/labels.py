@@ -132,10 +132,10 @@ def _transcripts(path: Path, folder: Path, files: list[Path]) -> list[str]:
         table[Path(name).as_posix()] = text
     out = []
     for p in files:
-        text = table.get(p.relative_to(folder).as_posix(), table.get(p.name))
-        if text is None:
+        found = table.get(p.relative_to(folder).as_posix(), table.get(p.name))
+        if found is None:
             raise DataError(f"{path}: no transcript for {p.name}")
-        out.append(text)
+        out.append(found)
     return out
 
 
