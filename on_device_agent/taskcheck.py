@@ -19,6 +19,10 @@ Other heads (YOLOX, PicoDet) and families keep the generic check. Inputs are fla
 """
 
 import math
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+Outputs = List[Tuple[List[float], List[int]]]  # (flat values, shape) per output, in the model's order
+Detection = Tuple[int, float, Tuple[float, ...]]
 
 # the device compares with the build machine's outputs of the same model file: the answers must nearly agree
 GATES = {
@@ -32,7 +36,7 @@ GATES = {
 DETECTION_HEADS = ("yolov8", "yolov5", "ssd", "nms")
 
 
-def supported(task):
+def supported(task: Optional[Dict[str, Any]]) -> bool:
     """Whether :func:`score` can judge this task (a manifest's ``task`` dict)."""
     if not task or task.get("family") not in GATES:
         return False
@@ -74,15 +78,20 @@ def _xyxy(cx, cy, w, h):
     return (cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0)
 
 
-def detections(task, outputs):
+def _first(outputs: Outputs, fits: Callable[[List[int]], bool]) -> Optional[Tuple[List[float], List[int]]]:
+    return next(((f, s) for f, s in outputs if fits(s)), None)
+
+
+def detections(task: Dict[str, Any], outputs: Outputs) -> List[Detection]:
     """Decoded detections of one sample: ``outputs`` is a list of (flat values, shape) in the model's output order."""
     head = task.get("head")
     conf, iou = _num(task, "conf", 0.25), _num(task, "iou", 0.45)
     found = []
     if head in ("yolov8", "yolov5"):
-        flat, shape = next(((f, s) for f, s in outputs if len(s) == 3), (None, None))
-        if flat is None:
+        head_out = _first(outputs, lambda s: len(s) == 3)
+        if head_out is None:
             raise ValueError("no 3-D output [1, rows, cols]")
+        flat, shape = head_out
         rows_, cols = shape[1], shape[2]
         if head == "yolov8" and rows_ < cols:  # [4 + C, A]: one column per anchor
             for a in range(cols):
@@ -101,26 +110,27 @@ def detections(task, outputs):
                     found.append((c, scores[c], _xyxy(r[0], r[1], r[2], r[3])))
         return _nms(found, iou)
     if head == "ssd":
-        boxes = next((f for f, s in outputs if len(s) == 3 and s[-1] == 4), None)
-        scores = next(((f, s) for f, s in outputs if len(s) == 3 and s[-1] != 4), None)
-        if boxes is None or scores is None:
+        boxes = _first(outputs, lambda s: len(s) == 3 and s[-1] == 4)
+        score_out = _first(outputs, lambda s: len(s) == 3 and s[-1] != 4)
+        if boxes is None or score_out is None:
             raise ValueError("needs boxes [1, A, 4] and scores [1, A, C]")
         layout = str(task.get("params", {}).get("box", "xyxy"))
-        for b, row in zip(_rows(boxes, [4]), _rows(*scores)):
+        for b, row in zip(_rows(boxes[0], [4]), _rows(*score_out)):
             c = max(range(len(row)), key=row.__getitem__)
             if row[c] >= conf:
                 box = (b[1], b[0], b[3], b[2]) if layout == "yxyx" else _xyxy(*b) if layout == "cxcywh" else tuple(b)
                 found.append((c, row[c], box))
         return _nms(found, iou)
     if head == "nms":
-        flat, shape = next(((f, s) for f, s in outputs if s and s[-1] == 6), (None, None))
-        if flat is None:
+        rows_out = _first(outputs, lambda s: bool(s) and s[-1] == 6)
+        if rows_out is None:
             raise ValueError("no [K, 6] output rows")
+        flat, shape = rows_out
         return [(int(r[5]), r[4], tuple(r[:4])) for r in _rows(flat, shape) if r[4] >= conf]
     raise ValueError("head %r is not decoded on the device" % head)
 
 
-def box_f1(reference, candidate, match):
+def box_f1(reference: Sequence[Detection], candidate: Sequence[Detection], match: float) -> float:
     """F1 of candidate detections matching a reference detection of the same class at IoU >= match."""
     if not reference and not candidate:
         return 1.0
@@ -185,7 +195,7 @@ def _cosine(a, b):
     return sum(x * y for x, y in zip(a, b)) / (na * nb)
 
 
-def score(task, expected, got):
+def score(task: Dict[str, Any], expected: Outputs, got: Outputs) -> Tuple[str, float, float]:
     """``(metric name, value, minimum)`` of the device's outputs ``got`` against the build machine's ``expected``.
 
     Both are lists of (flat values, shape) in the model's output order (only float outputs matter); raises

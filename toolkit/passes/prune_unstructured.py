@@ -1,13 +1,18 @@
 """Unstructured pruning: set the smallest-magnitude weights to zero (the file keeps its size but compresses)."""
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 
-def prune_weights(model, layers, s, ratio_for):
+def prune_weights(
+    model: onnx.ModelProto, layers: dict, s: dict, ratio_for: Callable[[list, dict], float | None]
+) -> tuple[onnx.ModelProto, dict]:
     """Unstructured pruning: zero the ``s["ratio"]`` smallest-magnitude weights of every layer (per layer, or one
     global threshold with ``s["scope"] == "global"``); ``ratio_for([name], layers)`` is None for skipped layers."""
     m = onnx.ModelProto()
@@ -26,7 +31,7 @@ def prune_weights(model, layers, s, ratio_for):
         k = int(math.floor(s["ratio"] * allw.size))
         threshold = np.partition(allw, k - 1)[k - 1] if k > 0 else -1.0
     rows, total, zeros = [], 0, 0
-    done = {}
+    done: dict = {}
     for n, ratio in chosen.items():
         w = weights[n]
         flat = np.abs(w).ravel()
