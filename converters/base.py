@@ -41,6 +41,8 @@ class BuildContext:
     evaluation: object = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
     session: BuildSession = field(default_factory=BuildSession)  # what this build remembers (never shared)
+    task: object = None  # edgekit.tasks.Inference judging the build (None: the generic gate)
+    metric: object = None  # edgekit.tasks.UserMetric (--metric) or None
 
     def require_calibration(self, what, instead):
         """Refuse calibrated quantization without real data from the user's domain."""

@@ -247,7 +247,7 @@ def _build_one(
         from .passes.mixed_precision import prepare
 
         budget = prepare(budget, be, precision, fid_ds)
-        thresholds = budget.thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop)
+        thresholds = budget.thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop, min_score)
     pruning = None
     if prune is not None or prune_mode or prune_recipe:  # edgekit.passes.prune: on the reference, before conversion
         from .passes import prune as prune_pass
@@ -348,6 +348,8 @@ def _build_one(
             evaluation=fid_ds,
             allow_degraded=allow_degraded,
             session=session,
+            task=judged_by,
+            metric=user_metric,
         )
         if pruning:  # the backend converts the pruned model; every step is still checked against the original
             ctx.reference_path, pruning = prune_pass.apply(pruning, ctx)
@@ -392,6 +394,8 @@ def _build_one(
                 "runner": result.runner_options,
                 "ops": result.ops,
                 "sample_inputs_synthetic": fid_ds.synthetic,
+                # the device judges its outputs for the sample by this task's decoded answers (edgekit_agent.taskcheck)
+                **({"task": judged_by.spec.to_dict()} if judged_by is not None else {}),
             }
             manifest["id"] = bundle_mod.bundle_id(manifest)
             bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)

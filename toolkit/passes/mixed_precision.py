@@ -86,6 +86,8 @@ def _fmt(budget, value):
         return "n/a"
     if budget.kind == "accuracy":
         return f"{value:.2f} pt drop"
+    if budget.kind == "task":
+        return f"{budget.metric or 'score'} {value:.4f}"
     return f"{'cos' if budget.kind == 'cosine' else 'top-1'} {value:.6f}"
 
 
@@ -108,6 +110,8 @@ def _search(be, ctx, plain, step):
     budget = Budget.parse(ctx.budget)
     data = ctx.evaluation if ctx.evaluation is not None else ctx.calib
     budget.check_data(data)
+    task, metric = getattr(ctx, "task", None), getattr(ctx, "metric", None)
+    budget.check_task(task, metric)
     in_sample = data is ctx.calib or (ctx.calib is not None and data.source == ctx.calib.source)
     # the user's model is the reference, also when an earlier pass (pruning) replaced ctx.reference_path
     original = ctx.source.save(ctx.workdir / "budget.reference.onnx")
@@ -116,7 +120,8 @@ def _search(be, ctx, plain, step):
 
     def evaluate(exclude):
         path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
-        metrics = fidelity.compare(reference, be.predict(path, data.samples, session=ctx.session), data.labels)
+        outputs = be.predict(path, data.samples, session=ctx.session)
+        metrics = fidelity.compare(reference, outputs, data.labels, task=task, metric=metric)
         value, score, holds, detail = budget.measure(metrics)
         e = _Eval(tuple(layer.name for layer in exclude), path, value, score, holds, detail, _size(path), metrics)
         evals.append(e)
