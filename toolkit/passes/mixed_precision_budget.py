@@ -179,8 +179,9 @@ class Budget:
         family = getattr(getattr(task, "spec", task), "family", None)
         if self.metric is None and family is None and metric is None:
             raise BudgetError(
-                f"--budget {self.text} is the task's score, and this model's task is not known: pass --task "
-                "(e.g. --task detection:yolov8), or --metric module:function, or use --budget cos=0.999"
+                f"--budget {self.text} is the task's score, and this build has no task metric (no --task, and "
+                "a classifier or an unrecognised model is judged by the generic gate): pass --task (e.g. --task "
+                "classification or detection:yolov8) or --metric module:function, or use --budget cos=0.999"
             )
         if self.metric is not None and TASK_METRICS[self.metric] != family:
             raise BudgetError(
