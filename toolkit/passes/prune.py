@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..tasks import PRIMARY
 from .base import Option, Pass, PassConfigError, PassResult, file_sizes, param_count
 from .graph_fold import fold_constants, name_nodes, static_shapes
-from .prune_alloc import allocate, choose, keep_count, sensitivities
+from .prune_alloc import TIE_BREAK, allocate, choose, keep_count, sensitivities
 from .prune_graph import Analysis, macs
 from .prune_recipe import MODES, PRUNED_THRESHOLDS, RECIPE_KEYS, check_ratio, load_recipe, relax_thresholds
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
@@ -240,7 +241,7 @@ class PrunePass(Pass):
                 continue
             plan.append((g, names, ratio, self._explicit(names, layers)))
 
-        ratios, damage = {g.root: r for g, _, r, _ in plan}, {}
+        ratios, damage, metric = {g.root: r for g, _, r, _ in plan}, {}, None
         allocation = "uniform"
         if s["allocation"] != "uniform" and stats is not None:
             trials = {
@@ -253,6 +254,10 @@ class PrunePass(Pass):
                 free = [(g.root, g.size, damage[g.root]) for g, _, _, _ in plan if g.root in trials]
                 ratios.update(allocate(free, s["ratio"]))
                 allocation = "sensitivity"
+                judged = getattr(getattr(ctx, "task", None), "spec", None)
+                metric = "squared output error / output variance"
+                if judged is not None and judged.family != "generic":
+                    metric = f"1 - {PRIMARY[judged.family]} (task {judged}) + {TIE_BREAK:g} x squared output error"
         elif s["allocation"] == "sensitivity":
             raise PassConfigError(f"sensitivity allocation needs calibration data: {stats_detail}")
 
@@ -296,6 +301,7 @@ class PrunePass(Pass):
             "bias_correction": correction,
             "criterion": sorted(criteria),
             "allocation": allocation,
+            **({"sensitivity_metric": metric} if metric else {}),
             "channels_prunable": prunable,
             "channels_removed": removed,
             "channel_multiple": s["channel_multiple"],

@@ -20,6 +20,7 @@ RECIPE_KEYS = {
 # Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
 # them, a pruned build is gated like an int8 build.
 PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
+PRUNED_SUFFIX = "+pruned"  # the task gates of a pruned build are its int8 gates (edgekit.tasks.gates_for)
 
 
 def check_ratio(value, what="pruning ratio"):
@@ -55,9 +56,14 @@ def load_recipe(path):
 
 
 def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None):
-    """The fidelity gate of a pruned build: int8-like defaults where the user set nothing."""
+    """The fidelity gate of a pruned build: int8-like defaults where the user set nothing.
+
+    With a task, the task's int8 gates apply (precision ``fp32+pruned``: see :func:`edgekit.tasks.gates_for`);
+    ``--min-score`` is kept.
+    """
     from ..fidelity import Thresholds
 
+    precision = thresholds.precision
     return Thresholds(
         min_cosine=min_cosine
         if min_cosine is not None
@@ -66,4 +72,6 @@ def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_dr
         max_accuracy_drop=max_accuracy_drop
         if max_accuracy_drop is not None
         else max(thresholds.max_accuracy_drop, PRUNED_THRESHOLDS["max_accuracy_drop"]),
+        precision=None if precision is None else f"{precision}{PRUNED_SUFFIX}",
+        min_score=thresholds.min_score,
     )
