@@ -7,6 +7,8 @@ detector whose scores were crushed (cosine still ~0.998) is refused; both in pur
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from test_tasks_build import SHAPE, detector  # noqa: F401  (the module-scoped fixture)
 
 from edgekit.tasks import boxes as B
 from edgekit_agent import bench, taskcheck
@@ -90,3 +92,20 @@ def test_sequences_classes_and_unsupported_heads():
     assert taskcheck.score(cls, _pairs(logits), _pairs(logits[:, ::-1].copy()))[1] == 0.5
     assert not taskcheck.supported({"family": "detection", "head": "yolox"}) and not taskcheck.supported(None)
     assert taskcheck.supported(YOLO) and taskcheck.supported({"family": "dense"})
+
+
+@pytest.mark.e2e
+def test_a_built_detector_bundle_is_checked_by_its_boxes(detector, tmp_path):  # noqa: F811
+    """A real YOLOv8n bundle: the manifest carries the task and the agent's bench judges the sample by box F1."""
+    import json
+
+    import edgekit
+
+    model, _, val = detector
+    r = edgekit.build(model, "host", tmp_path / "b", backend="ort", precision="fp32", val=val, input_shapes=SHAPE)
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["task"]["family"] == "detection" and manifest["task"]["head"] == "yolov8"
+    report = bench.run_bench(str(tmp_path / "b"), manifest, runs=1, warmup=0, placement=False)
+    check = report["device_fidelity"]
+    assert check["passed"] and check["task"]["metric"] == "box_f1" and check["task"]["value"] == 1.0, check
+    assert r["fidelity"]["passed"]
