@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from test_tasks_build import SHAPE, detector  # noqa: F401  (the module-scoped fixture)
 
 from edgekit.data import load_dataset
 from edgekit.errors import DataError
@@ -124,3 +125,25 @@ def test_transcripts_and_refusals(photos):
     (photos / "masks").mkdir()
     with pytest.raises(DataError, match="has no mask"):
         load_dataset(photos, SPEC, PRE)
+
+
+@pytest.mark.e2e
+def test_a_build_reports_the_real_map50_from_a_coco_file(detector, photos, tmp_path):  # noqa: F811
+    """NudeNet's YOLOv8n built for ONNX Runtime with --val a folder of photos + instances.json: the report carries the
+    real mAP@0.5 of the reference and of the build (FP32: no drop)."""
+    import edgekit
+
+    model, _, _ = detector
+    sizes = {p.name: _size(p) for p in sorted(photos.iterdir())}
+    coco = {
+        "images": [{"id": k, "file_name": n, "width": w, "height": h} for k, (n, (w, h)) in enumerate(sizes.items())],
+        "annotations": [{"image_id": 0, "category_id": 3, "bbox": [150, 40, 200, 200], "iscrowd": 0}],
+        "categories": [{"id": k, "name": f"class{k}"} for k in range(18)],
+    }
+    (photos / "instances.json").write_text(json.dumps(coco))
+    r = edgekit.build(
+        model, "host", tmp_path / "b", backend="ort", precision="fp32", val=photos, preprocess=PRE, input_shapes=SHAPE
+    )
+    lab = r["fidelity"]["steps"][-1]["task"]["labels"]
+    assert lab["metric"] == "map50_pct" and lab["drop"] == 0.0 and 0.0 <= lab["reference"] <= 100.0
+    assert r["fidelity"]["passed"] and r["fidelity"]["data"]["labels"]
