@@ -48,7 +48,8 @@ class BuildContext:
     evaluation: Dataset | None = None  # the Dataset the fidelity checks run on (--val, else the calibration data)
     allow_degraded: bool = False  # a budget that cannot be met is written anyway (marked), not refused
     session: BuildSession = field(default_factory=BuildSession)  # what this build remembers (never shared)
-    task: object = None  # edgekit.tasks.Inference: what the model is for (given or inferred)
+    task: object = None  # edgekit.tasks.Inference judging the build (None: the generic gate)
+    metric: object = None  # edgekit.tasks.UserMetric (--metric) or None
     keep_head_float: bool = True  # int8: a head's decoder tail may stay float when the task metric needs it
     # trial(step, model_path) -> the fidelity record of a candidate, neither recorded nor refused; a following
     # check(step, model_path) of the same unchanged file reuses its outputs

@@ -14,6 +14,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import taskcheck
+
 
 def percentile(sorted_values: List[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
@@ -99,15 +101,22 @@ def load_inputs(bundle_dir: str, manifest: Dict[str, Any]) -> Tuple[Dict[str, An
     return feeds, True
 
 
-def compare_expected(bundle_dir: str, outputs: Dict[str, Any], min_cosine: float = 0.99) -> Optional[Dict[str, Any]]:
+def compare_expected(
+    bundle_dir: str, outputs: Dict[str, Any], min_cosine: float = 0.99, task: Optional[Dict[str, Any]] = None
+) -> Optional[Dict[str, Any]]:
     """The device's outputs for the bundle's sample against what the build machine computed with the same
-    model file: catches runtimes that quietly compute garbage (kernels for another CPU, broken delegates)."""
+    model file: catches runtimes that quietly compute garbage (kernels for another CPU, broken delegates).
+
+    With the build's ``task`` (the manifest's), the decoded answers decide (:mod:`edgekit_agent.taskcheck`:
+    boxes after NMS, the mask at its threshold, the CTC string...) instead of the cosine; NaN/Inf and missing or
+    resized outputs always fail."""
     import numpy as np
 
     path = os.path.join(bundle_dir, "expected_outputs.npz")
     if not os.path.isfile(path):
         return None
     worst_cos, worst_abs, problems = 1.0, 0.0, []
+    pairs = []
     with np.load(path, allow_pickle=False) as z:
         for name in z.files:
             want = z[name].astype(np.float64).ravel()
@@ -125,15 +134,33 @@ def compare_expected(bundle_dir: str, outputs: Dict[str, Any], min_cosine: float
             cos = 1.0 if na == nb == 0 else (float(np.dot(got, want) / (na * nb)) if na and nb else 0.0)
             worst_cos = min(worst_cos, cos)
             worst_abs = max(worst_abs, float(np.max(np.abs(got - want))) if got.size else 0.0)
-    if worst_cos < min_cosine:
+            if z[name].dtype.kind == "f":
+                shape = list(z[name].shape)
+                pairs.append((name, (want.tolist(), shape), (got.tolist(), shape)))
+    result = {"cosine": worst_cos, "max_abs": worst_abs, "min_cosine": min_cosine}  # type: Dict[str, Any]
+    judged = False
+    if not problems and task is not None and taskcheck.supported(task) and pairs:
+        chosen = task.get("params", {}).get("output")
+        pairs.sort(key=lambda p: p[0] != chosen)
+        try:
+            name, value, minimum = taskcheck.score(task, [p[1] for p in pairs], [p[2] for p in pairs])
+        except (ValueError, IndexError, ZeroDivisionError) as e:
+            result["task_check"] = "not used (%s): %s" % (task.get("spec"), e)
+        else:
+            judged = True
+            result["task"] = {"task": task.get("spec"), "metric": name, "value": value, "min": minimum}
+            if value < minimum:
+                problems.append(
+                    "task %s: %s %.4f < %s (the decoded answers differ from the build machine's)"
+                    % (task.get("spec"), name, value, minimum)
+                )
+    if not judged and worst_cos < min_cosine:
         problems.append("cosine %.6f to the build machine's outputs (< %s)" % (worst_cos, min_cosine))
-    return {
-        "passed": not problems,
-        "cosine": worst_cos,
-        "max_abs": worst_abs,
-        "min_cosine": min_cosine,
-        "detail": "; ".join(problems) or "matches the build machine's outputs",
-    }
+    result["passed"] = not problems
+    result["detail"] = "; ".join(problems) or "matches the build machine's outputs" + (
+        " (%s %.4f)" % (result["task"]["metric"], result["task"]["value"]) if judged else ""
+    )
+    return result
 
 
 def bench_shapes(runner: Any, bundle_dir: str, runs: int, warmup: int) -> List[Dict[str, Any]]:
@@ -221,7 +248,7 @@ def run_bench(
     by_shape = bench_shapes(runner, bundle_dir, runs, warmup)
     if by_shape:
         report["by_shape"] = by_shape
-    check = compare_expected(bundle_dir, first_outputs)
+    check = compare_expected(bundle_dir, first_outputs, task=manifest.get("task"))
     if check is not None:
         report["device_fidelity"] = check
         if not check["passed"]:

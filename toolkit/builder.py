@@ -297,7 +297,7 @@ def _build_one(
         from .passes.mixed_precision import prepare
 
         budget = prepare(budget, be, precision, fid_ds)
-        thresholds = budget.thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop)
+        thresholds = budget.thresholds(thresholds, min_cosine, min_top1, max_accuracy_drop, min_score)
     pruning = None
     if prune is not None or prune_mode or prune_recipe:  # edgekit.passes.prune: on the reference, before conversion
         from .passes import prune as prune_pass
@@ -435,7 +435,8 @@ def _build_one(
             evaluation=fid_ds,
             allow_degraded=allow_degraded,
             session=session,
-            task=inferred,
+            task=judged_by,
+            metric=user_metric,
             keep_head_float=keep_head_float,
             trial=trial,
         )
@@ -486,6 +487,8 @@ def _build_one(
                 "ops": result.ops,
                 "sample_inputs_synthetic": fid_ds.synthetic,
                 **({"stream": plan.to_dict()} if plan else {}),
+                # the device judges its outputs for the sample by this task's decoded answers (edgekit_agent.taskcheck)
+                **({"task": judged_by.spec.to_dict()} if judged_by is not None else {}),
             }
             manifest["id"] = bundle_mod.bundle_id(manifest)
             bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)

@@ -58,7 +58,11 @@ def load_images(folder: Any, specs: list, preprocess: str | None, from_arrays: A
         raise DataError("a folder of images can only feed a single-input model; use an .npz for several inputs")
     spec = specs[0]
     opts = parse_preprocess(preprocess)
-    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    from .tasks.labels import folder_labels, is_label_file
+
+    files = sorted(
+        p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not is_label_file(p, Path(folder))
+    )
     if not files:
         raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found under {folder}")
     if opts["resize"] is None:
@@ -93,7 +97,9 @@ def load_images(folder: Any, specs: list, preprocess: str | None, from_arrays: A
         arrays.append(a)
         parent = p.parent.name
         labels.append(int(parent) if parent.isdigit() and p.parent != Path(folder) else None)
-    label_array = None if any(label is None for label in labels) else np.asarray(labels, np.int64)
+    label_array: Any = None if any(label is None for label in labels) else np.asarray(labels, np.int64)
+    if label_array is None:  # COCO boxes, mask PNGs or transcripts beside the images (edgekit.tasks.labels)
+        label_array = folder_labels(Path(folder), files, opts["resize"])
     ds = from_arrays({spec.name: np.stack(arrays)}, specs, f"{folder} ({len(files)} images)")
     ds.labels = label_array
     ds.meta["preprocess"] = preprocess

@@ -105,6 +105,17 @@ def _scale(refs: list[np.ndarray]) -> float:
     return hi - lo if hi > lo else max(abs(hi), 1e-12)
 
 
+def _class_labels(labels: Any) -> np.ndarray | None:
+    """Labels as class ids (a 1-D integer array), or None for boxes, masks or transcripts (the task scores those)."""
+    if labels is None:
+        return None
+    try:
+        arr = np.asarray(labels)
+    except ValueError:  # masks of different sizes
+        return None
+    return arr if arr.ndim == 1 and arr.dtype.kind in "iu" else None
+
+
 def _as_task(task: TaskSpec | Inference | str | None) -> tuple[TaskSpec | None, str | None]:
     if task is None:
         return None, None
@@ -161,9 +172,10 @@ def compare(
             rt = np.concatenate([r.reshape(-1, r.shape[-1]).argmax(-1) for r in refs])
             ct = np.concatenate([c.reshape(-1, c.shape[-1]).argmax(-1) for c in cands])
             m["top1_agreement"] = float(np.mean(rt == ct))
-            if labels is not None and len(labels) == len(rt):
-                m["accuracy_reference"] = float(np.mean(rt == labels) * 100)
-                m["accuracy"] = float(np.mean(ct == labels) * 100)
+            classes = _class_labels(labels)
+            if classes is not None and len(classes) == len(rt):
+                m["accuracy_reference"] = float(np.mean(rt == classes) * 100)
+                m["accuracy"] = float(np.mean(ct == classes) * 100)
         outputs[name] = m
     result: dict[str, Any] = {"samples": len(reference), "outputs": outputs}
     spec, reason = _as_task(task)

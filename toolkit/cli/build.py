@@ -94,7 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--budget",
         help="int8 with the most sensitive layers kept float until the loss fits: accuracy "
-        "points (1pt, 0.5pt: needs labels), cos=0.999 or top1=0.99",
+        "points (1pt, 0.5pt: needs labels), cos=0.999, top1=0.99, the task's score (score=0.99) or a task "
+        "metric (map50=1pt, mask_iou=0.9, ...)",
     )
     s.add_argument(
         "--prune",

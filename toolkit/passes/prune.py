@@ -16,66 +16,32 @@ Conv/Gemm/MatMul to zero (per layer, or one global threshold): the file keeps it
 but compresses (and backends with sparse or compressed weights benefit).
 """
 
-import math
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from ..tasks import PRIMARY
 from .base import Option, Pass, PassConfigError, PassResult, file_sizes, param_count
 from .graph_fold import fold_constants, name_nodes, static_shapes
-from .prune_alloc import allocate, choose, keep_count, sensitivities
+from .prune_alloc import TIE_BREAK, allocate, choose, keep_count, sensitivities
 from .prune_graph import Analysis, macs
+from .prune_recipe import MODES, PRUNED_THRESHOLDS, RECIPE_KEYS, check_ratio, load_recipe, relax_thresholds
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
+from .prune_unstructured import prune_weights
 
-MODES = ("structured", "unstructured")
-RECIPE_KEYS = {
-    "mode",
-    "ratio",
-    "scope",
-    "skip",
-    "layers",
-    "channel_multiple",
-    "bias_correction",
-    "criterion",
-    "allocation",
-}
-# Pruning without fine-tuning moves outputs more than an fp32 conversion does: unless the user sets
-# them, a pruned build is gated like an int8 build.
-PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2.0}
-
-
-def check_ratio(value, what="pruning ratio"):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1) or math.isnan(value):
-        raise PassConfigError(f"{what} must be a number in [0, 1) (the fraction to remove, e.g. 0.3), got {value!r}")
-    return float(value)
-
-
-def load_recipe(path):
-    """Read a TOML recipe: ``mode``, ``ratio``, ``scope``, ``skip = [...]``, ``[layers]`` name = ratio."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    p = Path(path)
-    if not p.is_file():
-        raise PassConfigError(f"pruning recipe not found: {p}")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise PassConfigError(f"pruning recipe {p} is not valid TOML: {e}") from None
-    unknown = sorted(set(data) - RECIPE_KEYS)
-    if unknown:
-        raise PassConfigError(
-            f"pruning recipe {p}: unknown key(s) {', '.join(unknown)}; "
-            f"a recipe may set {', '.join(sorted(RECIPE_KEYS))}"
-        )
-    if not isinstance(data.get("layers", {}), dict) or not isinstance(data.get("skip", []), list):
-        raise PassConfigError(f"pruning recipe {p}: 'layers' must be a table (name = ratio) and 'skip' a list of names")
-    for name, r in data.get("layers", {}).items():
-        check_ratio(r, f"pruning recipe {p}: ratio of layer {name!r}")
-    return data
+__all__ = [
+    "MODES",
+    "PRUNED_THRESHOLDS",
+    "RECIPE_KEYS",
+    "PrunePass",
+    "apply",
+    "check_ratio",
+    "load_recipe",
+    "relax_thresholds",
+    "settings",
+    "summary",
+]
 
 
 def settings(prune=None, mode=None, recipe=None):
@@ -97,21 +63,6 @@ def settings(prune=None, mode=None, recipe=None):
             out[key] = data[key]
     PrunePass(**out)  # validate now, before any conversion
     return out
-
-
-def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None):
-    """The fidelity gate of a pruned build: int8-like defaults where the user set nothing."""
-    from ..fidelity import Thresholds
-
-    return Thresholds(
-        min_cosine=min_cosine
-        if min_cosine is not None
-        else min(thresholds.min_cosine, PRUNED_THRESHOLDS["min_cosine"]),
-        min_top1=min_top1 if min_top1 is not None else min(thresholds.min_top1, PRUNED_THRESHOLDS["min_top1"]),
-        max_accuracy_drop=max_accuracy_drop
-        if max_accuracy_drop is not None
-        else max(thresholds.max_accuracy_drop, PRUNED_THRESHOLDS["max_accuracy_drop"]),
-    )
 
 
 class PrunePass(Pass):
@@ -290,7 +241,7 @@ class PrunePass(Pass):
                 continue
             plan.append((g, names, ratio, self._explicit(names, layers)))
 
-        ratios, damage = {g.root: r for g, _, r, _ in plan}, {}
+        ratios, damage, metric = {g.root: r for g, _, r, _ in plan}, {}, None
         allocation = "uniform"
         if s["allocation"] != "uniform" and stats is not None:
             trials = {
@@ -303,6 +254,10 @@ class PrunePass(Pass):
                 free = [(g.root, g.size, damage[g.root]) for g, _, _, _ in plan if g.root in trials]
                 ratios.update(allocate(free, s["ratio"]))
                 allocation = "sensitivity"
+                judged = getattr(getattr(ctx, "task", None), "spec", None)
+                metric = "squared output error / output variance"
+                if judged is not None and judged.family != "generic":
+                    metric = f"1 - {PRIMARY[judged.family]} (task {judged}) + {TIE_BREAK:g} x squared output error"
         elif s["allocation"] == "sensitivity":
             raise PassConfigError(f"sensitivity allocation needs calibration data: {stats_detail}")
 
@@ -346,6 +301,7 @@ class PrunePass(Pass):
             "bias_correction": correction,
             "criterion": sorted(criteria),
             "allocation": allocation,
+            **({"sensitivity_metric": metric} if metric else {}),
             "channels_prunable": prunable,
             "channels_removed": removed,
             "channel_multiple": s["channel_multiple"],
@@ -353,61 +309,7 @@ class PrunePass(Pass):
 
     # -- unstructured -----------------------------------------------------------------
     def _unstructured(self, model, layers):
-        s = self.settings
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        nodes = {n.name: n for n in m.graph.node}
-        inits = {i.name: i for i in m.graph.initializer}
-        chosen = {}
-        for name in layers:
-            ratio = self._ratio_for([name], layers)
-            if ratio is not None:
-                chosen[name] = ratio
-        weights = {n: numpy_helper.to_array(inits[nodes[n].input[1]]) for n in chosen}
-        threshold = None
-        if s["scope"] == "global":
-            allw = np.concatenate([np.abs(w).ravel() for n, w in weights.items()]) if weights else np.zeros(0)
-            k = int(math.floor(s["ratio"] * allw.size))
-            threshold = np.partition(allw, k - 1)[k - 1] if k > 0 else -1.0
-        rows, total, zeros = [], 0, 0
-        done = {}
-        for n, ratio in chosen.items():
-            w = weights[n]
-            flat = np.abs(w).ravel()
-            if threshold is not None and not (layers[n] & set(s["layers"] or {})):
-                mask = np.abs(w) <= threshold
-            else:
-                k = int(math.floor(ratio * flat.size))
-                mask = np.zeros(w.shape, bool)
-                if k:
-                    mask.ravel()[np.argsort(flat, kind="stable")[:k]] = True
-            before = float(np.mean(w == 0))
-            wname = nodes[n].input[1]
-            new = np.where(mask, 0, w).astype(w.dtype)
-            if wname in done:  # a weight shared by two layers: prune it once
-                new = np.where(mask | (done[wname] == 0), 0, w).astype(w.dtype)
-            done[wname] = new
-            inits[wname].CopyFrom(numpy_helper.from_array(new, wname))
-            total += w.size
-            zeros += int(np.sum(new == 0))
-            rows.append(
-                {
-                    "name": n,
-                    "op": nodes[n].op_type,
-                    "weights": int(w.size),
-                    "target": ratio,
-                    "sparsity_before": round(before, 4),
-                    "sparsity_after": round(float(np.mean(new == 0)), 4),
-                }
-            )
-        skipped = [{"layers": [n], "reason": "skipped by the recipe"} for n in layers if n not in chosen]
-        return m, {
-            "scope": s["scope"],
-            "layers": rows,
-            "skipped": skipped,
-            "sparsity": round(zeros / total, 4) if total else 0.0,
-            "weights_pruned": total,
-        }
+        return prune_weights(model, layers, self.settings, self._ratio_for)
 
 
 def _prunable_layers(model):

@@ -7,7 +7,9 @@ group's damage is then modelled as growing with the square of the channels it lo
 the ratios that minimise the total damage while removing the same number of channels as
 the uniform ratio would are found by water-filling, each ratio capped so that no group is
 emptied. Robust groups (wide expansions) give up more channels, fragile ones (a residual
-trunk shared by many blocks) fewer. The cost is one inference pass per group.
+trunk shared by many blocks) fewer. The cost is one inference pass per group. When the build has a task, a
+group's damage is the loss of the task's primary score (the metric the build's gate judges), see
+:func:`sensitivities`.
 """
 
 import math
@@ -15,6 +17,7 @@ import math
 import numpy as np
 
 SENSITIVITY_SAMPLES = 32
+TIE_BREAK = 1e-3  # weight of the outputs' squared error next to a task metric's loss
 MAX_RATIO = 0.9
 
 
@@ -45,17 +48,43 @@ def _float_outputs(sess, samples):
     ]
 
 
+def _named_outputs(sess, samples):
+    names = [o.name for o in sess.get_outputs()]
+    return [dict(zip(names, sess.run(None, f))) for f in samples]
+
+
+def _task_loss(task, reference, candidate):
+    """1 - the task's primary score (answers after decoding) of a candidate against the reference's outputs."""
+    from edgekit.tasks import evaluate
+
+    spec = getattr(task, "spec", task)
+    return 1.0 - float(evaluate(spec, reference, candidate)["score"])
+
+
 def sensitivities(ctx, an, trials, deltas_for):
-    """``{group root: damage}`` with each group of ``trials = {root: kept indices}`` pruned alone."""
+    """``{group root: damage}`` with each group of ``trials = {root: kept indices}`` pruned alone.
+
+    The damage is the outputs' squared error over their variance; when the build has a task (``ctx.task``), it is
+    the loss of the task's primary score (1 - agreement after decoding), the same metric the build's gate judges,
+    plus ``TIE_BREAK`` x that squared error to order the groups whose removal leaves the answers unchanged.
+    """
     samples = ctx.calib.samples[:SENSITIVITY_SAMPLES]
-    ref = np.stack(_float_outputs(_session(an.model.SerializeToString()), samples))
+    task = getattr(ctx, "task", None)
+    spec = getattr(task, "spec", task)
+    task = task if spec is not None and getattr(spec, "family", "generic") != "generic" else None
+    ref_sess = _session(an.model.SerializeToString())
+    ref = np.stack(_float_outputs(ref_sess, samples))
+    ref_named = _named_outputs(ref_sess, samples) if task is not None else None
     scale = float(((ref - ref.mean(0)) ** 2).sum()) or float((ref**2).sum()) or 1.0
     damage = {}
     for root, kept in trials.items():
         keep = {root: kept}
         model = an.apply(keep, deltas_for(keep))
-        out = np.stack(_float_outputs(_session(model.SerializeToString()), samples))
+        sess = _session(model.SerializeToString())
+        out = np.stack(_float_outputs(sess, samples))
         damage[root] = float(((out - ref) ** 2).sum()) / scale
+        if task is not None:
+            damage[root] = _task_loss(task, ref_named, _named_outputs(sess, samples)) + TIE_BREAK * damage[root]
     return damage
 
 

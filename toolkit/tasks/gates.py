@@ -46,9 +46,12 @@ DEFAULT_ADVICE = "use better calibration data or a higher precision"
 
 
 def gates_for(family: str, precision: str | None, min_score: float | None = None) -> dict[str, float]:
-    """The gate of a task at a precision (int8-dynamic counts as int8); min_score replaces the primary metric's."""
+    """The gate of a task at a precision (int8-dynamic counts as int8; a pruned build, ``fp32+pruned``, is gated
+    like int8: pruning without fine-tuning moves answers as quantization does); min_score replaces the primary
+    metric's."""
     table = GATES.get(family, {})
-    key = "int8" if (precision or "").startswith("int8") else (precision or "fp32")
+    p = precision or "fp32"
+    key = "int8" if p.startswith("int8") or p.endswith("+pruned") else p
     gate = dict(table.get(key, table.get("fp32", {})))
     if min_score is not None and gate:
         gate[next(iter(gate))] = min_score
