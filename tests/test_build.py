@@ -159,12 +159,12 @@ def test_precision_the_backend_cannot_build(tmp_path, tiny_model):
 
 def test_auto_keeps_fp32_when_int8_measured_slower_on_host(tmp_path, tiny_model, tiny_calib, monkeypatch):
     """The decision logic, with the host timing replaced (real timings are noisy; benchmarks/ measures them)."""
-    from edgekit import builder
+    from edgekit import build_write
 
     def slower(be, ref, built, feed, threads, rounds=3, runs=30, session=None):
         return {"reference_p50_ms": 1.0, "built_p50_ms": 2.0, "speedup": 0.5, "threads": threads}
 
-    monkeypatch.setattr(builder, "_time_on_host", slower)
+    monkeypatch.setattr(build_write, "time_on_host", slower)
     r = edgekit.build(tiny_model, "host", tmp_path / "auto", calib=tiny_calib, name="auto-slow")
     assert r["precision"] == "fp32"
     assert r["precision_choice"]["rejected"][0]["precision"] == "int8"

@@ -132,8 +132,8 @@ def test_host_workers_end_after_predict_runner_and_timing(ppocr_host, tmp_path):
 
     from test_toolenvs import children
 
-    from edgekit.builder import _time_on_host
     from edgekit.errors import ConversionError
+    from edgekit.host_timing import time_on_host as _time_on_host
 
     out, _ = ppocr_host
     with np.load(out / "sample_inputs.npz") as z:

@@ -182,7 +182,7 @@ def test_backends_cli_lists_tflite_env():
 def test_an_unconverted_reference_is_timed_in_litert_too(ppocr_int8, tmp_path):
     """The unpruned reference of a pruned build is not what the build converted: host timing converts it to an
     FP32 .tflite instead of timing it in onnxruntime, and names both runtimes."""
-    from edgekit.builder import _time_on_host
+    from edgekit.host_timing import time_on_host as _time_on_host
     from edgekit.model import load_model
 
     out, _, _ = ppocr_int8
