@@ -41,6 +41,7 @@ from .errors import (  # noqa: E402
 
 _LAZY = {
     "build": "builder",
+    "BuildOptions": "build_options",
     "deploy": "deployer",
     "bench": "deployer",
     "connect": "transports",
@@ -62,6 +63,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AgentError",
     "BackendUnavailable",
+    "BuildOptions",
     "BundleError",
     "ConversionError",
     "DataError",
