@@ -84,6 +84,9 @@ class MindSporeLiteBackend(ToolEnvBackend):
     ) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         from edgekit import toolenvs
 
+        from ..onnx_tidy import drop_default_dilations
+
+        onnx_path, _ = drop_default_dilations(onnx_path, work)  # the converter refuses dilations=[1, 1] on pooling
         tag = "fp16" if fp16 else "fp32"
         res = toolenvs.run_tool(
             self.toolenv,

@@ -118,6 +118,9 @@ class PaddleLiteBackend(ToolEnvBackend):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
+        from ..onnx_tidy import drop_default_dilations
+
+        onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
         res = toolenvs.run_tool(
             self.toolenv,
             TOOLS / "paddle_convert.py",

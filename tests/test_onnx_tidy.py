@@ -1,0 +1,34 @@
+"""Rewrites that change no value, for converters that refuse a spelling: pooling with dilations of all ones."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from edgekit.converters.onnx_tidy import drop_default_dilations
+
+
+def _pool_model(path, dilations):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=dilations)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_all_ones_dilations_are_dropped_and_the_outputs_stay_equal(tmp_path):
+    import onnxruntime as ort
+
+    src = _pool_model(tmp_path / "pool.onnx", [1, 1])
+    out, changed = drop_default_dilations(src, tmp_path / "work")
+    assert out != src and len(changed) == 1
+    assert not [a for a in onnx.load(str(out)).graph.node[0].attribute if a.name == "dilations"]
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0] for p in (src, out)]
+    assert np.array_equal(run[0], run[1])
+
+
+def test_a_real_dilation_is_kept(tmp_path):
+    src = _pool_model(tmp_path / "pool.onnx", [2, 2])
+    out, changed = drop_default_dilations(src, tmp_path / "work")
+    assert out == src and changed == []
