@@ -36,13 +36,20 @@ fails with the best value reached (:class:`~edgekit.errors.FidelityError`), unle
 builds are allowed: then the best candidate is kept and marked.
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import progress
 from ..errors import FidelityError
 from .mixed_precision_budget import MAX_EVALUATIONS, SENSITIVITY_SAMPLES, Budget, BudgetError, prepare
 from .mixed_precision_layers import WEIGHTED_OPS, Layer, candidate_layers, sensitivity
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import Backend, BuildContext
 
 __all__ = [
     "MAX_EVALUATIONS",
@@ -71,7 +78,7 @@ class _Eval:
     metrics: dict = field(default_factory=dict)
 
 
-def _size(path):
+def _size(path: str | Path) -> int:
     from pathlib import Path
 
     p = Path(path)
@@ -81,7 +88,7 @@ def _size(path):
     return total
 
 
-def _fmt(budget, value):
+def _fmt(budget: Budget, value: float | None) -> str:
     if value is None:
         return "n/a"
     if budget.kind == "accuracy":
@@ -91,7 +98,7 @@ def _fmt(budget, value):
     return f"{'cos' if budget.kind == 'cosine' else 'top-1'} {value:.6f}"
 
 
-def search(be, ctx, plain=None):
+def search(be: Backend, ctx: BuildContext, plain: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """INT8 ``ctx.reference_path`` with as few float layers as keep ``ctx.budget``; returns (model file, section).
 
     ``plain``: the all-INT8 model when the backend has already built it (saves one quantization).

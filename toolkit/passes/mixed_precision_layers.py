@@ -3,9 +3,18 @@
 See :mod:`edgekit.passes.mixed_precision` for how they are used.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgekit.converters.base import Backend
 
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -20,7 +29,7 @@ class Layer:
     tensors: tuple  # the layer's output names, before and after a folded BatchNormalization / bias Add
     axis: int = 0  # the weight's output-channel axis
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, str]:
         return {"layer": self.name, "op": self.op, "weight": self.weight}
 
 
@@ -36,10 +45,10 @@ def _constants(model):
     return {k: numpy_helper.to_array(v) for k, v in consts.items()} if consts else {}
 
 
-def candidate_layers(model, constants=None):
+def candidate_layers(model: onnx.ModelProto, constants: dict[str, np.ndarray] | None = None) -> list[Layer]:
     """The weighted layers of an ONNX model, in graph order."""
     constants = _constants(model) if constants is None else constants
-    consumers = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in model.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
@@ -120,7 +129,9 @@ def _nsr(reference, candidate):
     return float(np.mean(values))
 
 
-def sensitivity(be, model, layers, samples, workdir):
+def sensitivity(
+    be: Backend, model: onnx.ModelProto, layers: list[Layer], samples: list[dict[str, np.ndarray]], workdir: Path
+) -> dict[str, float]:
     """``{layer name: output noise-to-signal ratio}`` with only that layer fake-quantized (see the module doc)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -139,7 +150,7 @@ def sensitivity(be, model, layers, samples, workdir):
     for name in wanted:
         if name not in existing:
             probe.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
-    ranges = {}
+    ranges: dict[str, tuple[float, float]] = {}
     for feed, outs in zip(samples, run(probe, samples) if wanted else [{}] * len(samples)):
         for name in {layer.input for layer in layers}:
             arr = np.asarray(feed[name] if name in graph_inputs else outs[name])

@@ -16,7 +16,10 @@ Conv/Gemm/MatMul to zero (per layer, or one global threshold): the file keeps it
 but compresses (and backends with sparse or compressed weights benefit).
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -29,6 +32,9 @@ from .prune_graph import Analysis, macs
 from .prune_recipe import MODES, PRUNED_THRESHOLDS, RECIPE_KEYS, check_ratio, load_recipe, relax_thresholds
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
 from .prune_unstructured import prune_weights
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
 
 __all__ = [
     "MODES",
@@ -44,7 +50,9 @@ __all__ = [
 ]
 
 
-def settings(prune=None, mode=None, recipe=None):
+def settings(
+    prune: float | None = None, mode: str | None = None, recipe: str | Path | None = None
+) -> dict[str, Any] | None:
     """The pass settings a build asked for (None: no pruning). ``prune`` is the ratio, e.g. 0.3."""
     if prune is None and recipe is None and mode is None:
         return None
@@ -114,7 +122,7 @@ class PrunePass(Pass):
         ),
     )
 
-    def validate(self):
+    def validate(self) -> None:
         s = self.settings
         check_ratio(s["ratio"])
         for name, r in (s["layers"] or {}).items():
@@ -123,7 +131,7 @@ class PrunePass(Pass):
             raise PassConfigError(f"channel_multiple must be >= 1, got {s['channel_multiple']}")
 
     # -- entry point ------------------------------------------------------------------
-    def run(self, ctx, model_path):
+    def run(self, ctx: BuildContext, model_path: Path) -> PassResult:
         s = self.settings
         original = onnx.load(str(model_path))
         named = onnx.ModelProto()
@@ -331,7 +339,7 @@ def _node_params(model):
     }
 
 
-def apply(prune_settings, ctx):
+def apply(prune_settings: dict[str, Any], ctx: BuildContext) -> tuple[Path, dict[str, Any]]:
     """Run the pass a build asked for on ``ctx.reference_path``: ``(pruned model path, report section)``."""
     from ..errors import ConversionError, EdgekitError
 
@@ -347,7 +355,7 @@ def apply(prune_settings, ctx):
     return result.model_path, result.section
 
 
-def summary(section):
+def summary(section: dict[str, Any]) -> str:
     """One line for the text report."""
     size = f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB"
     if section["mode"] == "structured":

@@ -313,7 +313,7 @@ class Analysis:
         self.layouts[node.output[0]] = result
 
     # -- groups ---------------------------------------------------------------------
-    def groups(self):
+    def groups(self) -> list[Group]:
         sp = self.spaces
         out = {}
         for i in range(len(sp.parent)):
@@ -322,7 +322,7 @@ class Analysis:
                 out[r] = Group(root=r, size=sp.size[r], producers=list(sp.producers[r]), reasons=list(sp.reasons[r]))
         return list(out.values())
 
-    def keep_indices(self, layout, keep):
+    def keep_indices(self, layout: list, keep: dict[int, np.ndarray]) -> np.ndarray:
         """Indices along a layout that survive, given ``keep = {group root: sorted kept indices}``."""
         parts, offset = [], 0
         for space, size in layout:
