@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import DataError, EdgekitError
 
@@ -215,6 +215,26 @@ class Budget:
             raise DataError(f"--budget {self.text} must be measured on real data: pass --val (held-out) or --calib")
 
 
+@overload
+def prepare(
+    budget: None,
+    backend: Backend,
+    precision: str,
+    dataset: Dataset | None,
+    min_cosine: float | None = ...,
+    min_top1: float | None = ...,
+    max_accuracy_drop: float | None = ...,
+) -> None: ...
+@overload
+def prepare(
+    budget: str | Budget,
+    backend: Backend,
+    precision: str,
+    dataset: Dataset | None,
+    min_cosine: float | None = ...,
+    min_top1: float | None = ...,
+    max_accuracy_drop: float | None = ...,
+) -> Budget: ...
 def prepare(
     budget: str | Budget | None,
     backend: Backend,
