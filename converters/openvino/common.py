@@ -44,7 +44,7 @@ def _short_version(v):
     return str(v).split("-")[0]
 
 
-def device_list(spec):
+def device_list(spec: str) -> list[str]:
     """``CPU`` -> [CPU]; ``AUTO:NPU,GPU,CPU`` -> [NPU, GPU, CPU]; ``AUTO`` -> OpenVINO's default order."""
     spec = (spec or "CPU").strip()
     if spec == "AUTO":

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
 from .common import NON_RELU_ACTIVATIONS, _ov, _quiet, device_list, no_telemetry
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+    from edgekit.passes.mixed_precision import Layer
 
 
 class OpenVINOQuantization:
     """Quantization methods of the OpenVINO backend (mixed into :class:`.backend.OpenVINOBackend`)."""
+
+    if TYPE_CHECKING:  # what the backend provides
+
+        def core(self) -> Any: ...
 
     @staticmethod
     def _nncf():
@@ -33,7 +44,7 @@ class OpenVINOQuantization:
             self._save(ov, model, xml.parent, compress_to_fp16=False, precision="f32")
         return xml
 
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
         the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
         model = self.core().read_model(str(self._fp32_ir(ctx)))
@@ -65,7 +76,7 @@ class OpenVINOQuantization:
             for layer in layers
         }
 
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         settings = ctx.profile.backend("openvino")
         names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
         tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"

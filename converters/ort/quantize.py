@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
 from .common import _quiet
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+    from edgekit.data import Dataset
+    from edgekit.passes.mixed_precision import Layer
 
 
 class OrtQuantization:
@@ -145,7 +153,7 @@ class OrtQuantization:
             onnx.save(model, str(path))
 
     # -- mixed precision (--budget) ---------------------------------------------------
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """Reference layers -> node names in ORT's pre-processed model (found by their output tensors)."""
         import onnx
 
@@ -160,7 +168,7 @@ class OrtQuantization:
             for layer in layers
         }
 
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         """A layer kept float takes its element-wise tail with it (activations, pooling, residual Add: every node
         up to the next weighted layer): otherwise the QDQ pair on the next node's input quantizes its output anyway."""
         import onnx
@@ -171,7 +179,7 @@ class OrtQuantization:
         nodes = set()
         if heads:
             graph = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False).graph
-            consumers = {}
+            consumers: dict[str, list[onnx.NodeProto]] = {}
             for n in graph.node:
                 for i in n.input:
                     consumers.setdefault(i, []).append(n)
@@ -187,7 +195,7 @@ class OrtQuantization:
                         for c in consumers.get(out, [])
                         if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul")
                     )
-        nodes = sorted(nodes)
+        nodes = sorted(nodes)  # type: ignore[assignment]
         tag = f"{len(nodes)}f{len(list(ctx.workdir.glob('model.int8-mp*.onnx')))}"
         return self._int8_static(
             ctx,
@@ -235,8 +243,8 @@ class OrtQuantization:
 class _Reader:
     """onnxruntime.quantization CalibrationDataReader over a Dataset."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset: Dataset) -> None:
         self._it = iter(dataset.samples)
 
-    def get_next(self):
+    def get_next(self) -> dict[str, Any] | None:
         return next(self._it, None)
