@@ -18,7 +18,7 @@ Choices, and why:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgekit_agent.runners.base import int8_products_saturate
 
@@ -85,7 +85,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             entry = dict(entry, runner={**entry.get("runner", {}), "graph_optimization": "basic"})
         return entry
 
-    def _ort_matches_qdq(self, ctx, qdq_path, ort_path):
+    def _ort_matches_qdq(self, ctx: BuildContext, qdq_path: Path, ort_path: Path) -> dict[str, Any]:
         """The .ort file against its QDQ source, both under this host's own (fused) kernels: the conversion must
         not change what the model computes. Returns the record for the report; raises ConversionError if not."""
         import numpy as np
@@ -93,7 +93,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         from edgekit.errors import ConversionError
         from edgekit.execution import in_process, predict
 
-        samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]
+        samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]  # type: ignore[union-attr]
         plain = {**(ctx.session.default_manifest() if ctx.session else {}), "runner": {}}
         qdq = predict(in_process("ort", qdq_path, plain), samples)
         ort = predict(in_process("ort", ort_path, plain), samples)

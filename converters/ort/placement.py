@@ -31,7 +31,7 @@ ORT_ACCELERATORS = {  # provider -> (short name, profile accelerator api, suppor
 }
 
 
-def _ort_checker_target(proto, provider, profile):
+def _ort_checker_target(proto: onnx.ModelProto, provider: str, profile: Profile) -> dict[str, Any]:
     """NNAPI / Core ML: ORT's usability checker decides; our rules check the caveats it only prints."""
     import tempfile
 

@@ -81,7 +81,7 @@ def activation_stats(
     return out, f"{len(samples)} calibration samples"
 
 
-def _column_l1(node, w):
+def _column_l1(node: onnx.NodeProto, w: np.ndarray) -> np.ndarray:
     """L1 norm of a consumer's weights per input channel."""
     w = np.abs(w.astype(np.float64))
     if node.op_type == "Conv":
