@@ -13,7 +13,7 @@ import re
 import socket
 import sys
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: F401
@@ -24,6 +24,9 @@ from . import __version__, runners
 from .errors import AgentError
 from .httpserver import AgentServer  # noqa: F401  (server.py imports it from here)
 from .store import StoreError
+
+if TYPE_CHECKING:
+    from .service import AgentService
 
 MAX_JSON_BODY = 256 << 20
 MAX_REQUEST_LINE = 8192
@@ -66,12 +69,12 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "edgekit-agent/" + __version__
     server = None  # type: Any  # the AgentServer (set per connection by socketserver)
 
-    def log_message(self, fmt, *args):  # quiet by default; errors go to the log below
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet by default; errors go to the log below
         if os.environ.get("EDGEKIT_AGENT_ACCESS_LOG"):
             BaseHTTPRequestHandler.log_message(self, fmt, *args)
 
     @property
-    def service(self):
+    def service(self) -> "AgentService":
         return self.server.service
 
     def handle_one_request(self) -> None:

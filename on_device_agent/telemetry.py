@@ -23,6 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from typing import Any, Dict, Optional
 
 from . import retention
 from .devicectx import device_context
@@ -128,25 +129,25 @@ class Recorder(object):
         kept = self._db.execute("SELECT value FROM meta WHERE key=?", ("last_id_" + table,)).fetchone()
         return max(row[0] or 0, int(kept[0]) if kept else 0) + 1
 
-    def check(self):
+    def check(self) -> None:
         if self.error:
             raise TelemetryError(self.error)
 
     # -- request path ------------------------------------------------------------
     def record(
         self,
-        model,
-        version,
-        backend,
-        accelerator,
-        shape,
-        queue_ms,
-        infer_ms,
-        outcome,
-        error=None,
-        pre_ms=None,
-        post_ms=None,
-    ):
+        model: str,
+        version: Optional[str],
+        backend: Optional[str],
+        accelerator: Optional[str],
+        shape: Optional[str],
+        queue_ms: Optional[float],
+        infer_ms: Optional[float],
+        outcome: str,
+        error: Optional[str] = None,
+        pre_ms: Optional[float] = None,
+        post_ms: Optional[float] = None,
+    ) -> Optional[int]:
         """Queue one request's record; returns its id (for a later ``annotate``). Costs an append."""
         if self._db is None or self.error or len(self.queue) >= MAX_QUEUE:
             self.dropped += 1
@@ -175,7 +176,7 @@ class Recorder(object):
             )
         return rid
 
-    def annotate(self, rid, pre_ms=None, post_ms=None):
+    def annotate(self, rid: int, pre_ms: Optional[float] = None, post_ms: Optional[float] = None) -> None:
         """Pre/post-processing times an app measured around a request it made (its own pull stream)."""
         self.check()
         if not (isinstance(rid, int) and 1 <= rid <= MAX_ID):
@@ -183,7 +184,9 @@ class Recorder(object):
         with self._queue_lock:
             self.annotations.append((next(self._annotation_ids), rid, pre_ms, post_ms))
 
-    def event(self, kind, model=None, version=None, detail=None):
+    def event(
+        self, kind: str, model: Optional[str] = None, version: Optional[str] = None, detail: Optional[Any] = None
+    ) -> None:
         """Loads, installs, rollbacks: marks on the timeline."""
         if self._db is not None:
             with self._queue_lock:
@@ -214,7 +217,7 @@ class Recorder(object):
                 self.error = "telemetry store %s failed while writing: %s" % (self.path, e)
                 return
 
-    def flush(self):
+    def flush(self) -> None:
         """Write everything queued, in one transaction (also called before a pull)."""
         if self._db is None:
             return
@@ -307,15 +310,22 @@ class Recorder(object):
             else:
                 db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
 
-    def prune_now(self):
+    def prune_now(self) -> None:
         with self._flush_lock:
             retention.prune(self._db, time.time(), self.max_age_s, self.max_rows, self.minute_age_s)
 
-    def used_bytes(self):
+    def used_bytes(self) -> int:
         return retention.used_bytes(self._db)
 
     # -- reading -----------------------------------------------------------------
-    def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000, after_annotation=0):
+    def pull(
+        self,
+        after_id: int = 0,
+        after_event: int = 0,
+        after_context: float = 0.0,
+        limit: int = 5000,
+        after_annotation: int = 0,
+    ) -> Dict[str, Any]:
         """Rows after the caller's cursors, oldest first; ``more`` says whether to ask again."""
         self.check()
         self.flush()
@@ -350,7 +360,7 @@ class Recorder(object):
             "more": more,
         }
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         return {
             "store_id": self.store_id,
             "path": self.path,
@@ -362,7 +372,7 @@ class Recorder(object):
             "flush_interval_s": self.flush_interval,
         }
 
-    def close(self):
+    def close(self) -> None:
         self._stop.set()
         if self._db is not None:
             try:
