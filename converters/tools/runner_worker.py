@@ -17,9 +17,10 @@ import os
 import struct
 import sys
 import time
+from typing import Any
 
 
-def main():
+def main() -> None:
     proto = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -43,7 +44,7 @@ def main():
         proto.write(wire.encode_tensors(dict(arrays), meta=head))
         proto.flush()
 
-    runner = None
+    runner: Any = None
     while True:
         prefix = stdin.read(8)
         if not prefix:
