@@ -95,7 +95,7 @@ def dequant_out(a: Any, detail: Dict[str, Any]) -> Any:
     return ((a.astype(np.float32) - zero) * scale).astype(np.float32)
 
 
-def match_io(tfl_path, ref, req, probe):
+def match_io(tfl_path: str, ref: Dict[str, Any], req: Dict[str, Any], probe: Dict[str, Any]) -> Dict[str, Any]:
     """Measure which tflite tensor and permutation serves each ONNX input/output (``ref``: the reference's
     outputs for ``probe``)."""
     import numpy as np
@@ -126,11 +126,12 @@ def match_io(tfl_path, ref, req, probe):
         if d is None:
             raise SystemExit("the converted model has no tensor for output %r" % spec["name"])
         outs.append((spec["name"], d))
-    best = None
+    best: Any = None
     for combo in itertools.islice(itertools.product(*[p for _, _, p in ins]), 64):
         for (name, d, _), p in zip(ins, combo):
             it.set_tensor(d["index"], np.reshape(quant_in(np.transpose(probe[name], p), d), d["shape"]))
         it.invoke()
+        chosen: List[Any]
         total, chosen = 0.0, []
         for name, d in outs:
             got = dequant_out(it.get_tensor(d["index"]), d)
