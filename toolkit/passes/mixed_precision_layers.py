@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class Layer:
         return {"layer": self.name, "op": self.op, "weight": self.weight}
 
 
-def _constants(model):
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
     consts = {i.name: i for i in model.graph.initializer}
@@ -86,7 +86,7 @@ def candidate_layers(model: onnx.ModelProto, constants: dict[str, np.ndarray] | 
 
 
 # -- sensitivity ------------------------------------------------------------------------------
-def _fake_quant_weight(w, axis):
+def _fake_quant_weight(w: np.ndarray, axis: int) -> np.ndarray:
     w = w.astype(np.float32)
     moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     scale = np.abs(moved).max(axis=1) / 127.0
@@ -95,7 +95,7 @@ def _fake_quant_weight(w, axis):
     return np.moveaxis(q.reshape(np.moveaxis(w, axis, 0).shape), 0, axis).astype(np.float32)
 
 
-def _runner(be, workdir):
+def _runner(be: Backend, workdir: Path) -> Callable[[onnx.ModelProto, list[dict[str, np.ndarray]]], list]:
     """``run(model_proto, samples) -> outputs``: onnxruntime in memory when installed, else the backend."""
     import importlib.util
 
@@ -103,7 +103,7 @@ def _runner(be, workdir):
 
     have_ort = importlib.util.find_spec("onnxruntime") is not None
 
-    def run(model, samples):
+    def run(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> list:
         if have_ort:
             return reference_outputs(model.SerializeToString(), samples)
         import onnx
@@ -115,7 +115,7 @@ def _runner(be, workdir):
     return run
 
 
-def _nsr(reference, candidate):
+def _nsr(reference: list[dict[str, Any]], candidate: list[dict[str, Any]]) -> float:
     values = []
     for ref, cand in zip(reference, candidate):
         total = 0.0

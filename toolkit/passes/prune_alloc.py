@@ -42,13 +42,13 @@ def choose(scores: Any, n_keep: int) -> np.ndarray:
     return np.sort(np.argsort(-np.asarray(scores), kind="stable")[:n_keep])
 
 
-def _session(model_bytes):
+def _session(model_bytes: bytes) -> Any:
     from edgekit.execution import reference_session
 
     return reference_session(model_bytes, threads=1)
 
 
-def _float_outputs(sess, samples):
+def _float_outputs(sess: Any, samples: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
     outs = [sess.run(None, f) for f in samples]
     return [
         np.concatenate([np.asarray(o, np.float64).ravel() for o in out if np.asarray(o).dtype.kind == "f"])
@@ -56,12 +56,12 @@ def _float_outputs(sess, samples):
     ]
 
 
-def _named_outputs(sess, samples):
+def _named_outputs(sess: Any, samples: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     names = [o.name for o in sess.get_outputs()]
     return [dict(zip(names, sess.run(None, f))) for f in samples]
 
 
-def _task_loss(task, reference, candidate):
+def _task_loss(task: Any, reference: Any, candidate: list[dict[str, np.ndarray]]) -> float:
     """1 - the task's primary score (answers after decoding) of a candidate against the reference's outputs."""
     from edgekit.tasks import evaluate
 
@@ -114,7 +114,7 @@ def allocate(groups: list[tuple[int, int, float]], ratio: float, max_ratio: floa
     # mu gives n = mu * n0^2 / (2 d), i.e. q = mu * ratio^2 * size / (2 d)
     weight = {root: ratio * ratio * size / (2 * max(d, 1e-12)) for root, size, d in groups}
 
-    def removed(mu):
+    def removed(mu: float) -> float:
         return sum(min(cap, mu * weight[root]) * size for root, size, _ in groups)
 
     lo, hi = 0.0, 1.0
