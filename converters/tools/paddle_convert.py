@@ -24,7 +24,7 @@ import re
 import shutil
 import sys
 import time
-from typing import Any, Dict, List, NoReturn
+from typing import Any, Dict, List, NoReturn, Set
 
 # ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
 os.environ["ORT_DISABLE_TELEMETRY"] = "1"
@@ -45,11 +45,11 @@ class _NoRequests(object):
     post = request = get
 
 
-def _sanitize(model):
-    names = {}
-    used = set()
+def _sanitize(model: Any) -> Dict[str, str]:
+    names: Dict[str, str] = {}
+    used: Set[str] = set()
 
-    def safe(n):
+    def safe(n: str) -> str:
         if n == "":
             return n
         if n not in names:
@@ -157,7 +157,7 @@ def main(req_path: str, res_path: str) -> None:
         result["kernels"][target] = _lines(tailoring.get("kernels", ""))
         result["seconds"]["opt_" + target] = round(time.time() - t0, 2)
 
-    def version(pkg):
+    def version(pkg: str) -> str:
         try:
             from importlib import metadata
 

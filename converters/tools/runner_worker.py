@@ -17,7 +17,7 @@ import os
 import struct
 import sys
 import time
-from typing import Any
+from typing import Any, Dict, List
 
 
 def main() -> None:
@@ -30,7 +30,8 @@ def main() -> None:
 
     stdin = sys.stdin.buffer
 
-    def read_exact(n):
+    def read_exact(n: int) -> bytes:
+        chunks: List[bytes]
         chunks, left = [], n
         while left:
             b = stdin.read(left)
@@ -40,7 +41,7 @@ def main() -> None:
             left -= len(b)
         return b"".join(chunks)
 
-    def reply(head, arrays=()):
+    def reply(head: Dict[str, Any], arrays: Any = ()) -> None:
         proto.write(wire.encode_tensors(dict(arrays), meta=head))
         proto.flush()
 

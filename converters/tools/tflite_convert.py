@@ -298,7 +298,7 @@ def float_region(path: str, scopes: Sequence[str]) -> List[str]:
     return [op_scopes[k] for k in sorted(region)]
 
 
-def _save_calibration(cal, path):
+def _save_calibration(cal: Dict[str, Dict[str, Any]], path: str) -> None:
     import numpy as np
 
     data = dict((t, dict((k, np.asarray(v).tolist()) for k, v in qsv.items())) for t, qsv in cal.items())
@@ -307,7 +307,7 @@ def _save_calibration(cal, path):
     os.replace(path + ".tmp", path)
 
 
-def _load_calibration(path):
+def _load_calibration(path: str) -> Dict[str, Dict[str, Any]]:
     import numpy as np
 
     with open(path) as f:
