@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from . import retention
 from .devicectx import device_context
@@ -50,14 +50,14 @@ from .telemetry_schema import (  # noqa: F401  (every name stays importable from
 class Recorder(object):
     def __init__(
         self,
-        root,
-        flush_interval=0.2,
-        max_rows=1000000,
-        max_age_days=30.0,
-        minute_days=90.0,
-        context_interval=30.0,
-        max_bytes=MAX_BYTES,
-    ):
+        root: str,
+        flush_interval: float = 0.2,
+        max_rows: int = 1000000,
+        max_age_days: float = 30.0,
+        minute_days: float = 90.0,
+        context_interval: float = 30.0,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.dir = os.path.join(os.path.abspath(os.path.expanduser(root)), "telemetry")
         self.path = os.path.join(self.dir, "records.db")
         self.flush_interval = flush_interval
@@ -67,11 +67,11 @@ class Recorder(object):
         self.max_age_s = max_age_days * 86400.0
         self.minute_age_s = minute_days * 86400.0
         self.context_interval = context_interval
-        self.queue = collections.deque()
-        self.annotations = collections.deque()
-        self.events = collections.deque()
-        self.error = None
-        self.store_id = None
+        self.queue: Deque[Tuple[Any, ...]] = collections.deque()
+        self.annotations: Deque[Tuple[Any, ...]] = collections.deque()
+        self.events: Deque[Tuple[Any, ...]] = collections.deque()
+        self.error: Optional[str] = None
+        self.store_id: Optional[str] = None
         self.dropped = 0
         self.persisted = 0
         self._flush_lock = threading.Lock()
@@ -83,7 +83,7 @@ class Recorder(object):
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as e:
-            self._db = None
+            self._db = None  # type: ignore[assignment]
             self.error = (
                 "telemetry store %s is unreadable (%s). It was left as it is; the agent serves inferences "
                 "without recording them. Move the file aside (or restore it) and restart the agent to "
@@ -100,7 +100,7 @@ class Recorder(object):
         self._thread.start()
 
     # -- storage ---------------------------------------------------------------
-    def _open(self):
+    def _open(self) -> sqlite3.Connection:
         exists = os.path.exists(self.path)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         try:
@@ -123,7 +123,7 @@ class Recorder(object):
             raise
         return db
 
-    def _next_id(self, table):
+    def _next_id(self, table: str) -> int:
         """Ids are never reused, even after pruning emptied a table: a host's cursor stays valid."""
         row = self._db.execute("SELECT MAX(id) FROM %s" % table).fetchone()
         kept = self._db.execute("SELECT value FROM meta WHERE key=?", ("last_id_" + table,)).fetchone()
@@ -202,7 +202,7 @@ class Recorder(object):
                 )
 
     # -- writer ------------------------------------------------------------------
-    def _loop(self):
+    def _loop(self) -> None:
         failures = 0
         while not self._stop.wait(min(self.flush_interval * (2**failures), 30.0)):
             try:
@@ -282,8 +282,8 @@ class Recorder(object):
             self.persisted += len(rows)
 
     @staticmethod
-    def _aggregate(db, rows):
-        groups = {}
+    def _aggregate(db: sqlite3.Connection, rows: List[Tuple[Any, ...]]) -> None:
+        groups: Dict[Tuple[Any, ...], List[Any]] = {}
         for r in rows:
             key = (int(r[1] // 60) * 60, r[2], r[3], r[4], r[5], r[11])
             g = groups.setdefault(key, [0, 0.0, {}])
