@@ -40,6 +40,7 @@ from .quantize import OpenVINOQuantization
 if TYPE_CHECKING:
     from edgekit.converters.session import BuildSession
     from edgekit.execution import Execution, Feed
+    from edgekit.model import SourceModel
     from edgekit.profiles import Profile
 
 EXACT = "openvino.exact_int8"  # session memo: this build's int8 IRs are checked with FakeQuantize in fp32
@@ -293,14 +294,14 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         )
 
     @staticmethod
-    def _name_tensors(model, source):
+    def _name_tensors(model: Any, source: SourceModel) -> None:
         """Each input/output tensor carries exactly the ONNX name, so outputs come back under it."""
         for ports, specs in ((model.inputs, source.inputs), (model.outputs, source.outputs)):
             for port, spec in zip(ports, specs):
                 if spec.name in port.get_names():
                     port.get_tensor().set_names({spec.name})
 
-    def _save(self, ov, model, outdir, compress_to_fp16, precision=None):
+    def _save(self, ov: Any, model: Any, outdir: Path, compress_to_fp16: bool, precision: str | None = None) -> Path:
         outdir.mkdir(parents=True, exist_ok=True)
         if precision:
             model.set_rt_info(precision, PRECISION_MARK)
@@ -308,13 +309,13 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
         return xml
 
-    def _host_default_precision(self):
+    def _host_default_precision(self) -> str | None:
         try:
             return self.core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
         except Exception:  # an old CPU plugin without the property
             return None
 
-    def _operator_support(self, model, device, profile):
+    def _operator_support(self, model: Any, device: str, profile: Profile) -> dict[str, dict[str, Any]]:
         """``Core.query_model`` for each device the profile names, where this machine has it."""
         import platform
 
@@ -350,14 +351,14 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         return out
 
     @staticmethod
-    def _device_name(core, dev):
+    def _device_name(core: Any, dev: str) -> str:
         try:
             return core.get_property(dev, "FULL_DEVICE_NAME")
         except Exception:
             return dev
 
     @staticmethod
-    def _plugin_detail(core, dev, available):
+    def _plugin_detail(core: Any, dev: str, available: list[str]) -> str:
         try:
             core.get_versions(dev)
         except Exception as e:
@@ -369,8 +370,8 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         )
 
     @staticmethod
-    def _ops(model):
-        counts = {}
+    def _ops(model: Any) -> list[dict[str, Any]]:
+        counts: dict[tuple[str, str], int] = {}
         for op in model.get_ops():
             info = op.get_type_info()
             key = (f"openvino.{info.version_id}" if info.version_id else "openvino", op.get_type_name())
