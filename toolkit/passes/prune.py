@@ -19,7 +19,7 @@ but compresses (and backends with sparse or compressed weights benefit).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import onnx
@@ -35,6 +35,8 @@ from .prune_unstructured import prune_weights
 
 if TYPE_CHECKING:
     from edgekit.converters.base import BuildContext
+
+    from .prune_spaces import Group
 
 __all__ = [
     "MODES",
@@ -184,7 +186,7 @@ class PrunePass(Pass):
         section["fidelity_passed"] = bool(record.get("passed")) if isinstance(record, dict) else None
         return PassResult(out, section)
 
-    def _check_names(self, layers):
+    def _check_names(self, layers: dict[str, set[str]]) -> None:
         s = self.settings
         aliases = {a for names in layers.values() for a in names}
         for label, names in (("layers", list(s["layers"] or {})), ("skip", list(s["skip"] or []))):
@@ -197,7 +199,7 @@ class PrunePass(Pass):
                     "(node names, or their weight names)"
                 )
 
-    def _ratio_for(self, names, layers):
+    def _ratio_for(self, names: Iterable[str], layers: dict[str, set[str]]) -> float | None:
         """Ratio for a set of node names; None when the recipe skips one of them."""
         s = self.settings
         skip, per_layer = set(s["skip"] or ()), dict(s["layers"] or {})
@@ -209,13 +211,15 @@ class PrunePass(Pass):
             ratios += [per_layer[a] for a in aliases if a in per_layer]
         return min(ratios) if ratios else s["ratio"]
 
-    def _explicit(self, names, layers):
+    def _explicit(self, names: Iterable[str], layers: dict[str, set[str]]) -> bool:
         """Whether the recipe sets a ratio for one of these layers (then allocation leaves the group alone)."""
         per_layer = set(self.settings["layers"] or ())
         return any(layers.get(n, {n}) & per_layer for n in names)
 
     # -- structured -------------------------------------------------------------------
-    def _structured(self, ctx, model, shapes, layers):
+    def _structured(
+        self, ctx: BuildContext, model: onnx.ModelProto, shapes: dict[str, list], layers: dict[str, set[str]]
+    ) -> tuple[onnx.ModelProto, dict[str, Any]]:
         s = self.settings
         an = Analysis(model, shapes)
         keep, rows, skipped = {}, [], []
@@ -231,10 +235,10 @@ class PrunePass(Pass):
             else {}
         )
 
-        def scores_for(g):
+        def scores_for(g: Group) -> Any:
             return data_scores[g.root] if g.root in data_scores else l1_importance(an, g.producers)
 
-        def deltas_for(k):
+        def deltas_for(k: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
             return bias_deltas(an, k, stats) if k and stats is not None and s["bias_correction"] else {}
 
         plan = []  # (group, names, ratio, set by the recipe)
@@ -316,11 +320,13 @@ class PrunePass(Pass):
         }
 
     # -- unstructured -----------------------------------------------------------------
-    def _unstructured(self, model, layers):
+    def _unstructured(
+        self, model: onnx.ModelProto, layers: dict[str, set[str]]
+    ) -> tuple[onnx.ModelProto, dict[str, Any]]:
         return prune_weights(model, layers, self.settings, self._ratio_for)
 
 
-def _prunable_layers(model):
+def _prunable_layers(model: onnx.ModelProto) -> dict[str, set[str]]:
     """``{node name: {node name, weight name}}`` for every Conv/Gemm/MatMul with a constant weight."""
     inits = {i.name for i in model.graph.initializer}
     return {
@@ -330,7 +336,7 @@ def _prunable_layers(model):
     }
 
 
-def _node_params(model):
+def _node_params(model: onnx.ModelProto) -> dict[str, int]:
     sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
     return {
         n.name: sum(sizes.get(i, 0) for i in n.input[1:])
