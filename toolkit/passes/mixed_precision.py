@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import progress
 from ..errors import FidelityError
@@ -69,8 +69,8 @@ __all__ = [
 @dataclass
 class _Eval:
     exclude: tuple
-    path: object
-    value: object
+    path: Path
+    value: float | None
     score: float
     holds: bool
     detail: dict
@@ -108,7 +108,7 @@ def search(be: Backend, ctx: BuildContext, plain: Path | None = None) -> tuple[P
         return _search(be, ctx, plain, step)
 
 
-def _search(be, ctx, plain, step):
+def _search(be: Backend, ctx: BuildContext, plain: Path | None, step: progress.Step) -> tuple[Path, dict[str, Any]]:
     import onnx
 
     from .. import fidelity
@@ -125,7 +125,7 @@ def _search(be, ctx, plain, step):
     reference = be.reference_outputs(original, data.samples, session=ctx.session)
     evals = []
 
-    def evaluate(exclude):
+    def evaluate(exclude: Sequence[Layer]) -> _Eval:
         path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
         outputs = be.predict(path, data.samples, session=ctx.session)
         metrics = fidelity.compare(reference, outputs, data.labels, task=task, metric=metric)
@@ -160,6 +160,8 @@ def _search(be, ctx, plain, step):
         )
     first = evaluate([])
     section["all_int8"] = {"value": first.value, **first.detail, "size_bytes": first.size_bytes}
+    steps: list[dict[str, Any]]
+    trimmed: list[dict[str, Any]]
     steps, trimmed, chosen = [], [], first
     sens = {}
     if not first.holds and layers:
@@ -186,6 +188,7 @@ def _search(be, ctx, plain, step):
             ],
         }
         order = sorted(usable, key=lambda layer: -sens[layer.name])
+        floats: list[Layer]
         floats, pos, group, best = [], 0, 1, first
         while pos < len(order) and len(evals) < budget.max_evaluations:
             added = order[pos : pos + group]
