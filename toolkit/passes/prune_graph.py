@@ -262,7 +262,7 @@ class Analysis:
             out += lay
         self.layouts[node.output[0]] = out
 
-    def _elementwise(self, node, ins):
+    def _elementwise(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         out_shape = self.shapes.get(node.output[0])
         tracked = [lay for lay in ins if lay is not None]
         if not tracked:
@@ -299,11 +299,11 @@ class Analysis:
                     return
                 continue
             axis = 1 - (rank - len(shape)) if shape is not None else None
-            if shape is None or (0 <= axis < len(shape) and shape[axis] not in (1, channels)):
+            if shape is None or (0 <= axis < len(shape) and shape[axis] not in (1, channels)):  # type: ignore[operator, index]
                 for t in tracked:
                     self.spaces.invalidate(t, f"{node.op_type} '{node.name}' has an operand of unknown shape")
                 return
-            if 0 <= axis < len(shape) and shape[axis] == channels and channels > 1:
+            if 0 <= axis < len(shape) and shape[axis] == channels and channels > 1:  # type: ignore[operator, index]
                 if name not in self.inits:
                     for t in tracked:
                         self.spaces.invalidate(
@@ -311,7 +311,7 @@ class Analysis:
                         )
                     return
                 self.edits.append(("slice", node.name, idx, tracked[0], axis))
-        self.layouts[node.output[0]] = result
+        self.layouts[node.output[0]] = result  # type: ignore[assignment]
 
     # -- groups ---------------------------------------------------------------------
     def groups(self) -> list[Group]:
