@@ -15,7 +15,7 @@ from .base import Backend, BuildContext, BuildResult
 from .session import BuildSession
 
 
-def _backend(row: Row):
+def _backend(row: Row) -> Backend | None:
     """The row's Backend object, or None where this edgekit ships without its module."""
     try:
         mod = importlib.import_module(row.host)

@@ -13,7 +13,7 @@ import re
 import socket
 import sys
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, NoReturn, Optional
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: F401
@@ -24,6 +24,9 @@ from . import __version__, runners
 from .errors import AgentError
 from .httpserver import AgentServer  # noqa: F401  (server.py imports it from here)
 from .store import StoreError
+
+if TYPE_CHECKING:
+    from .service import AgentService
 
 MAX_JSON_BODY = 256 << 20
 MAX_REQUEST_LINE = 8192
@@ -40,8 +43,8 @@ def route(method: str, pattern: str, serving: bool = False) -> Callable[[Callabl
     """Register ``fn(handler, *groups)``; ``serving``: an app's request (infer) that, like every GET, needs no
     token on a loopback agent. Everything else that changes state needs the token on loopback too."""
 
-    def deco(fn):
-        fn.open_on_loopback = method == "GET" or serving
+    def deco(fn: Callable) -> Callable:
+        fn.open_on_loopback = method == "GET" or serving  # type: ignore[attr-defined]
         ROUTES.append((method, re.compile("^" + pattern + "$"), fn))
         return fn
 
@@ -66,12 +69,12 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "edgekit-agent/" + __version__
     server = None  # type: Any  # the AgentServer (set per connection by socketserver)
 
-    def log_message(self, fmt, *args):  # quiet by default; errors go to the log below
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet by default; errors go to the log below
         if os.environ.get("EDGEKIT_AGENT_ACCESS_LOG"):
             BaseHTTPRequestHandler.log_message(self, fmt, *args)
 
     @property
-    def service(self):
+    def service(self) -> "AgentService":
         return self.server.service
 
     def handle_one_request(self) -> None:
@@ -100,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         method()
         self.wfile.flush()
 
-    def _refuse_head(self, status, message):
+    def _refuse_head(self, status: int, message: str) -> None:
         """Answer a request whose head is too large, then read (a bounded amount, briefly) what the client is
         still sending, so it receives the answer rather than a connection reset."""
         self.send_error(status, message)
@@ -234,7 +237,7 @@ class Handler(BaseHTTPRequestHandler):
                     raise HTTPError(400, "query parameter %s must be an integer, got %r" % (key, v)) from None
         return default
 
-    def _check_access(self, fn):
+    def _check_access(self, fn: Optional[Callable]) -> None:
         """Who may ask: the right ``Host`` and no foreign ``Origin`` (browsers), and the token where needed."""
         server, token = self.server, self.service.token
         if server.loopback:
@@ -253,7 +256,7 @@ class Handler(BaseHTTPRequestHandler):
             where = "" if not server.open_reads else " (on loopback too: the token is in ROOT/agent/token)"
             raise HTTPError(401, "missing or wrong token: send 'Authorization: Bearer TOKEN'%s" % where)
 
-    def _dispatch(self):
+    def _dispatch(self) -> None:
         self.consumed = False
         path = self.path.split("?", 1)[0]
         try:
@@ -282,7 +285,7 @@ class Handler(BaseHTTPRequestHandler):
             sys.stderr.write(traceback.format_exc())
             self._error(500, "%s: %s" % (type(e).__name__, e))
 
-    def _error(self, status, message, headers=None):
+    def _error(self, status: int, message: str, headers: Optional[Dict[str, str]] = None) -> None:
         if not self.consumed and self.command in ("POST", "PUT"):
             # Unread body: the connection cannot be reused safely.
             self.close_connection = True
@@ -291,7 +294,7 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = _dispatch
 
 
-def _hostname(value):
+def _hostname(value: str) -> str:
     """``host[:port]`` or ``[v6]:port`` -> host."""
     value = value.strip().lower()
     if value.startswith("["):
@@ -299,11 +302,11 @@ def _hostname(value):
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError("%s is not JSON (send null, or a number)" % name)
 
 
-def _finite(obj):
+def _finite(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

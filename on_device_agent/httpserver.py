@@ -43,7 +43,7 @@ class AgentServer(ThreadingHTTPServer):
                 self._conns[sock] = time.monotonic() if flag else None
 
     @staticmethod
-    def _hang_up(sock):
+    def _hang_up(sock: socket.socket) -> None:
         try:
             sock.shutdown(socket.SHUT_RDWR)  # its thread sees the end of the stream and finishes
         except OSError:

@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import zlib
+from typing import Any, Callable, List, Optional, Tuple
 
 PROTOCOL = 2
 FLAG = 0x7E
@@ -88,13 +89,13 @@ class LinkDead(Exception):
     """The line is gone (the port vanished, the peer stopped answering, or it was closed)."""
 
 
-def escape(raw):
+def escape(raw: bytes) -> bytes:
     for b in ESCAPED:
         raw = raw.replace(bytes((b,)), bytes((ESC, b ^ 0x20)))
     return raw
 
 
-def unescape(data):
+def unescape(data: bytes) -> Optional[bytes]:
     parts = data.split(bytes((ESC,)))
     out = [parts[0]]
     for p in parts[1:]:
@@ -104,7 +105,7 @@ def unescape(data):
     return b"".join(out)
 
 
-def encode_frame(kind, seq, payload=b""):
+def encode_frame(kind: int, seq: int, payload: bytes = b"") -> bytes:
     body = HEADER.pack(kind, seq) + payload
     return bytes((FLAG,)) + escape(body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)) + bytes((FLAG,))
 
@@ -121,7 +122,7 @@ class Decoder:
         self.interrupted = False
         self._tail = b""
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> List[Tuple[int, int, bytes]]:
         probe = self._tail + data
         if INTERRUPT in probe:
             self.interrupted = True
@@ -225,7 +226,7 @@ class Link:
         self._thread = None
 
     # -- reader --------------------------------------------------------------
-    def start(self):
+    def start(self) -> "Link":
         self._thread = threading.Thread(target=self._reader, name="serial-link-reader")
         self._thread.daemon = True
         self._thread.start()
@@ -340,7 +341,7 @@ class Link:
         except Exception as e:  # see _reader
             self.kill("the port vanished (%s)" % (e or type(e).__name__))
 
-    def send(self, payload, timeout=None):
+    def send(self, payload: bytes, timeout: Optional[float] = None) -> None:
         """Queue one payload (at most ``max_payload`` bytes); blocks while the window is full."""
         if len(payload) > self.max_payload:
             raise ValueError("payload of %d bytes > %d" % (len(payload), self.max_payload))
@@ -348,7 +349,7 @@ class Link:
         with self.cond:
             while len(self.unacked) >= self.window and not self.dead:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise LinkDead("the device did not take data for %.0f s" % timeout)
+                    raise LinkDead("the device did not take data for %.0f s" % timeout)  # type: ignore[str-format]
                 self.cond.wait(0.5)
             if self.dead:
                 raise LinkDead(self.dead)
@@ -364,7 +365,7 @@ class Link:
         if self.dead:
             raise LinkDead(self.dead)
 
-    def drain(self, timeout):
+    def drain(self, timeout: float) -> bool:
         """Wait until everything sent was acknowledged; False if the time ran out or the link died."""
         deadline = time.monotonic() + timeout
         with self.cond:
@@ -372,7 +373,7 @@ class Link:
                 self.cond.wait(0.1)
             return not self.unacked
 
-    def kill(self, reason):
+    def kill(self, reason: str) -> None:
         with self.cond:
             if self.dead:
                 return
@@ -381,13 +382,13 @@ class Link:
         if self.on_dead:
             self.on_dead(reason)
 
-    def close(self):
+    def close(self) -> None:
         self.closed = True
         self.kill("the serial session was closed")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
 
-    def rate(self):
+    def rate(self) -> Optional[float]:
         """Payload bytes per second acknowledged while data was in flight (None before any)."""
         busy = self.stats["busy_s"]
         if self._busy_since is not None:
@@ -425,14 +426,14 @@ class Mux:
         self.streams = {}
         self.slock = threading.Lock()
 
-    def attach(self, link):
+    def attach(self, link: Link) -> None:
         self.link = link
         link.deliver = self.inbox.put
         t = threading.Thread(target=self._dispatch, name="serial-dispatch")
         t.daemon = True
         t.start()
 
-    def send(self, op, chan, body=b""):
+    def send(self, op: int, chan: int, body: Any = b"") -> None:
         """One message of any size (fragmented with MORE and joined again on the other end)."""
         if not isinstance(body, bytes):
             body = json.dumps(body).encode("utf-8")
@@ -440,7 +441,7 @@ class Mux:
             last = i + MAX_BODY >= len(body)
             self.link.send(HEADER.pack(op if last else op | MORE, chan) + body[i : i + MAX_BODY])
 
-    def send_chunks(self, op, chan, data):
+    def send_chunks(self, op: int, chan: int, data: bytes) -> None:
         """Bytes of a stream (command output, file data, TCP data) as independent messages."""
         for i in range(0, len(data), MAX_BODY):
             self.link.send(HEADER.pack(op, chan) + data[i : i + MAX_BODY])
@@ -471,14 +472,14 @@ class Mux:
             except LinkDead:
                 return
 
-    def handle(self, op, chan, body):
+    def handle(self, op: int, chan: int, body: bytes) -> None:
         raise NotImplementedError
 
-    def stop_dispatch(self):
+    def stop_dispatch(self) -> None:
         self.inbox.put(None)
 
     # -- TCP streams (same on both ends) ------------------------------------
-    def start_pump(self, chan):
+    def start_pump(self, chan: int) -> None:
         """Send what the socket of stream ``chan`` receives over the link (a thread per stream)."""
         st = self.streams.get(chan)
         if st is None:
@@ -621,12 +622,12 @@ class Mux:
         except OSError:
             pass
 
-    def drop_all_streams(self):
+    def drop_all_streams(self) -> None:
         for chan in list(self.streams):
             self._drop_stream(chan, reset=True)
 
 
-def file_sha256(path, limit=None):
+def file_sha256(path: str, limit: Optional[int] = None) -> str:
     h = hashlib.sha256()
     left = limit
     with open(path, "rb") as f:
@@ -648,7 +649,7 @@ class Endpoint(Mux):
         self.puts = {}
         self.done = threading.Event()
 
-    def handle(self, op, chan, body):
+    def handle(self, op: int, chan: int, body: bytes) -> None:
         if op == RUN:
             t = threading.Thread(target=self._run, args=(chan, json.loads(body.decode("utf-8"))))
             t.daemon = True
@@ -800,7 +801,7 @@ class Endpoint(Mux):
                 f.close()
 
 
-def fd_reader(fd, wait=0.1):
+def fd_reader(fd: int, wait: float = 0.1) -> Callable[[], bytes]:
     def read():
         r, _, _ = select.select([fd], [], [], wait)
         if not r:
@@ -813,7 +814,7 @@ def fd_reader(fd, wait=0.1):
     return read
 
 
-def fd_writer(fd):
+def fd_writer(fd: int) -> Callable[[bytes], None]:
     def write(data):
         view = memoryview(data)
         while view:
@@ -823,7 +824,7 @@ def fd_writer(fd):
     return write
 
 
-def main():
+def main() -> None:
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
     saved = None
     try:
@@ -834,7 +835,7 @@ def main():
             saved = termios.tcgetattr(fd_in)
             tty.setraw(fd_in)
     except (ImportError, OSError):
-        termios = None
+        termios = None  # type: ignore[assignment]
     try:
         rto = min(MAX_RTO, max(MIN_RTO, float(sys.argv[1])))  # the host's first resend timeout
         byte_time = max(0.0, float(sys.argv[2]))  # 10 / baud, or 0 (a pty)

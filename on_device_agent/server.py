@@ -9,7 +9,7 @@ to the service (``service.py``); the HTTP plumbing is in ``httpd.py``.
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .bench import device_info
 from .breaker import check_limits
@@ -17,19 +17,19 @@ from .childproc import self_command  # noqa: F401  (re-exported: how to start th
 from .httpd import ROUTES, AgentServer, Handler, HTTPError, route  # noqa: F401
 from .service import AgentService
 from .store import StoreError
-from .telemetry import TelemetryError
+from .telemetry import Recorder, TelemetryError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DRAIN_LIMIT = 256 << 20
 
 
 @route("GET", "/v1/health")
-def health(h):
+def health(h: Handler) -> Dict[str, Any]:
     return h.service.health()
 
 
 @route("GET", "/openapi.json")
-def openapi(h):
+def openapi(h: Handler) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         import pkgutil
@@ -43,13 +43,13 @@ def openapi(h):
 
 
 @route("GET", "/v1/models")
-def list_models(h):
+def list_models(h: Handler) -> Dict[str, Any]:
     models, unreadable = h.service.models()
     return {"models": models, "unreadable": unreadable}
 
 
 @route("POST", "/v1/models/([^/]+)/load")
-def load_model(h, name):
+def load_model(h: Handler, name: str) -> Dict[str, Any]:
     body = h.json_body()
     return h.service.load_info(
         name, threads=body.get("threads"), providers=body.get("providers"), warmup=body.get("warmup")
@@ -57,19 +57,19 @@ def load_model(h, name):
 
 
 @route("POST", "/v1/models/([^/]+)/unload")
-def unload_model(h, name):
+def unload_model(h: Handler, name: str) -> Dict[str, Any]:
     h.body()
     return h.service.unload(name)
 
 
 @route("DELETE", "/v1/models/([^/]+)")
-def remove_model(h, name):
+def remove_model(h: Handler, name: str) -> Dict[str, Any]:
     h.body()
     return h.service.remove(name)
 
 
 @route("POST", "/v1/models/([^/]+)/infer", serving=True)
-def infer(h, name):
+def infer(h: Handler, name: str) -> Optional[Dict[str, Any]]:
     from edgekit_sdk.wire import (
         CONTENT_TYPE,
         WireError,
@@ -81,7 +81,7 @@ def infer(h, name):
 
     t_arrive = time.perf_counter()
     binary = h.headers.get("Content-Type", "").startswith(CONTENT_TYPE)
-    pre_ms = h.headers.get("X-Edgekit-Pre-Ms")
+    pre_ms: Any = h.headers.get("X-Edgekit-Pre-Ms")
     session = h.headers.get("X-Edgekit-Session")  # a stream's session (sessions.py); JSON bodies may name it too
     try:
         try:
@@ -90,7 +90,7 @@ def infer(h, name):
                 feeds, _ = decode_tensors(h.body())
             else:
                 body = h.json_body()
-                feeds = tensors_from_json(body.get("inputs"))
+                feeds = tensors_from_json(body.get("inputs"))  # type: ignore[arg-type]
                 session = body.get("session", session)
         except (WireError, ValueError, TypeError) as e:
             raise HTTPError(400, str(e)) from None
@@ -108,23 +108,25 @@ def infer(h, name):
 
 
 @route("GET", "/v1/models/([^/]+)/sessions")
-def list_sessions(h, name):
+def list_sessions(h: Handler, name: str) -> Dict[str, Any]:
     return h.service.list_sessions(name)
 
 
 @route("DELETE", "/v1/models/([^/]+)/sessions", serving=True)
-def end_session(h, name):
+def end_session(h: Handler, name: str) -> Dict[str, Any]:
     from urllib.parse import parse_qs
 
     h.body()
-    given = parse_qs(h.path.partition("?")[2]).get("session") or [h.headers.get("X-Edgekit-Session")]
+    given: Sequence[Optional[str]] = parse_qs(h.path.partition("?")[2]).get("session") or [
+        h.headers.get("X-Edgekit-Session")
+    ]
     if given[0] is None:
         raise HTTPError(400, "name the session to end: ?session=ID (or the X-Edgekit-Session header)")
     return h.service.end_session(name, given[0])
 
 
 @route("POST", "/v1/models/([^/]+)/bench")
-def bench(h, name):
+def bench(h: Handler, name: str) -> Dict[str, Any]:
     body = h.json_body()
     return h.service.bench(
         name,
@@ -137,7 +139,7 @@ def bench(h, name):
 
 
 @route("PUT", "/v1/models/([^/]+)/split")
-def split(h, name):
+def split(h: Handler, name: str) -> Dict[str, Any]:
     body = h.json_body()
     if "breaker" in body:
         check_limits(body["breaker"])  # a bad one is refused before the split changes
@@ -148,22 +150,22 @@ def split(h, name):
 
 
 @route("PUT", "/v1/models/([^/]+)/breaker")
-def breaker(h, name):
+def breaker(h: Handler, name: str) -> Dict[str, Any]:
     return h.service.set_breaker(name, h.json_body().get("limits"))
 
 
 @route("POST", "/v1/models/([^/]+)/rollback")
-def rollback(h, name):
+def rollback(h: Handler, name: str) -> Dict[str, Any]:
     return h.service.rollback(name, h.json_body().get("version"))
 
 
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)")
-def begin_upload(h, name, version):
+def begin_upload(h: Handler, name: str, version: str) -> Dict[str, Any]:
     return h.service.begin_upload(name, version, h.json_body())
 
 
 @route("PUT", "/v1/bundles/([^/]+)/([^/]+)/files/([^/]+)")
-def upload_file(h, name, version, filename):
+def upload_file(h: Handler, name: str, version: str, filename: str) -> Dict[str, Any]:
     n = h.length()
     h.consumed = True  # the store reads the body; what it leaves unread is drained below
     body = _Counted(h.rfile)
@@ -188,32 +190,32 @@ def upload_file(h, name, version, filename):
 class _Counted(object):
     """A body stream that counts what was read from it."""
 
-    def __init__(self, f):
+    def __init__(self, f: Any) -> None:
         self.f, self.count = f, 0
 
-    def read(self, n):
+    def read(self, n: int) -> bytes:
         data = self.f.read(n)
         self.count += len(data)
         return data
 
 
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
-def commit(h, name, version):
+def commit(h: Handler, name: str, version: str) -> Dict[str, Any]:
     return h.service.commit(name, version, verify=bool(h.json_body().get("verify")))
 
 
 @route("GET", "/metrics")
-def metrics(h):
+def metrics(h: Handler) -> None:
     h.send(200, h.service.metrics_text().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
 
 
-def _recorder(h):
+def _recorder(h: Handler) -> Recorder:
     if h.service.recorder is None:
         raise HTTPError(404, "this agent was started with --no-telemetry")
     return h.service.recorder
 
 
-def _query(h):
+def _query(h: Handler) -> Tuple[int, int, float, int, int]:
     from urllib.parse import parse_qs
 
     q = parse_qs(h.path.partition("?")[2])
@@ -232,7 +234,7 @@ def _query(h):
 
 
 @route("GET", "/v1/telemetry")
-def telemetry_pull(h):
+def telemetry_pull(h: Handler) -> Dict[str, Any]:
     rec = _recorder(h)
     after_id, after_event, after_context, limit, after_annotation = _query(h)
     try:
@@ -244,12 +246,12 @@ def telemetry_pull(h):
 
 
 @route("GET", "/v1/telemetry/status")
-def telemetry_status(h):
+def telemetry_status(h: Handler) -> Dict[str, Any]:
     return _recorder(h).stats()
 
 
 @route("POST", "/v1/telemetry/annotate", serving=True)
-def telemetry_annotate(h):
+def telemetry_annotate(h: Handler) -> Dict[str, Any]:
     body = h.json_body()
     try:
         rid = body["request_id"]

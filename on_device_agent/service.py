@@ -29,14 +29,14 @@ from .traffic import TrafficSplit
 
 
 class LoadedModel(object):
-    def __init__(self, name, version, runner):
+    def __init__(self, name: str, version: str, runner: Any) -> None:
         self.name, self.version, self.runner = name, version, runner
         self.lock = threading.Lock()
         self.requests = 0
         self.pending = 0  # requests running or waiting for this model (bounded by the service's max_queue)
         self.warmup_ms = 0.0
-        self.options = {}
-        self.batcher = None  # a Batcher when the agent batches and the model takes a dynamic batch
+        self.options: Dict[str, Any] = {}
+        self.batcher: Optional[Batcher] = None  # a Batcher when the agent batches and the model takes a dynamic batch
         self.accelerator = runner.describe().get("accelerator")
 
 
@@ -45,20 +45,20 @@ class AgentService(Serving):
 
     def __init__(
         self,
-        root,
-        token=None,
-        telemetry=True,
-        warmup_on_load=3,
-        flush_interval=0.2,
-        context_interval=30.0,
-        max_queue=64,
-        breaker=None,
-        batch_window_ms=0.0,
-        max_batch=8,
-        max_sessions=MAX_SESSIONS,
-        session_ttl_s=TTL_S,
-        sealer=None,
-    ):
+        root: str,
+        token: Optional[str] = None,
+        telemetry: bool = True,
+        warmup_on_load: int = 3,
+        flush_interval: float = 0.2,
+        context_interval: float = 30.0,
+        max_queue: int = 64,
+        breaker: Optional[Dict[str, Any]] = None,
+        batch_window_ms: float = 0.0,
+        max_batch: int = 8,
+        max_sessions: int = MAX_SESSIONS,
+        session_ttl_s: float = TTL_S,
+        sealer: Any = None,
+    ) -> None:
         self.store = Store(root, sealer)  # sealer: model files encrypted at rest (atrest.Sealer)
         self.sessions = SessionTable(max_sessions, session_ttl_s)  # streams' state per session
         self.max_queue = max_queue
@@ -71,15 +71,15 @@ class AgentService(Serving):
         self.recorder = (
             Recorder(root, flush_interval=flush_interval, context_interval=context_interval) if telemetry else None
         )
-        self._loaded = {}
+        self._loaded: Dict[str, LoadedModel] = {}
         self.traffic = TrafficSplit()
         self.breakers = Breakers(breaker)  # per-version circuit breakers (limits: ``breaker.DEFAULTS``)
         self._lock = threading.Lock()
-        self._load_locks = {}
+        self._load_locks: Dict[str, threading.Lock] = {}
         self._loaded_file = os.path.join(self.store.root, "agent", "loaded.json")
 
     # -- state ----------------------------------------------------------------
-    def _load_lock(self, name):
+    def _load_lock(self, name: str) -> threading.Lock:
         """The lock serialising loads of one model; only for a valid name of an installed model."""
         check_name("model name", name)
         if not self.store.has(name):
@@ -87,7 +87,7 @@ class AgentService(Serving):
         with self._lock:
             return self._load_locks.setdefault(name, threading.Lock())
 
-    def _remember(self):
+    def _remember(self) -> None:
         """Which models are loaded (with their options), so a restarted agent loads them again."""
         data = dict((n, m.options) for n, m in self._loaded.items())
         tmp = self._loaded_file + ".tmp"
@@ -177,7 +177,14 @@ class AgentService(Serving):
         with self._load_lock(name):
             return self._load(name, threads, providers, warmup)
 
-    def _load(self, name, threads=None, providers=None, warmup=None, version=None):
+    def _load(
+        self,
+        name: str,
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+        warmup: Optional[int] = None,
+        version: Optional[str] = None,
+    ) -> LoadedModel:
         """Load ``name`` (its current version, or ``version`` for a traffic split, which is kept apart)."""
         if version is None:
             version, bundle_dir, manifest = self.store.current(name)
@@ -255,7 +262,7 @@ class AgentService(Serving):
             self.recorder.event("remove", name, None, {})
         return result
 
-    def _get_loaded(self, name):
+    def _get_loaded(self, name: str) -> LoadedModel:
         """The loaded model, (re)loaded if it is not loaded or a newer version was installed."""
         version = self.store.current_version(check_name("model name", name))
         with self._lock:
@@ -269,7 +276,17 @@ class AgentService(Serving):
         return model
 
     # -- serving --------------------------------------------------------------
-    def _record(self, name, model, outcome, queue_ms=None, infer_ms=None, shape=None, error=None, pre_ms=None):
+    def _record(
+        self,
+        name: str,
+        model: Optional[LoadedModel],
+        outcome: str,
+        queue_ms: Optional[float] = None,
+        infer_ms: Optional[float] = None,
+        shape: Optional[str] = None,
+        error: Optional[str] = None,
+        pre_ms: Optional[float] = None,
+    ) -> Optional[int]:
         version = model.version if model else None
         backend = model.runner.manifest.get("backend") if model else None
         accelerator = model.accelerator if model else None
@@ -285,7 +302,7 @@ class AgentService(Serving):
         return None
 
     @staticmethod
-    def _valid(name):
+    def _valid(name: str) -> bool:
         try:
             check_name("model name", name)
             return True

@@ -30,7 +30,7 @@ class Serving(object):
     _record: Any
     sessions: Any
 
-    def _pick(self, name):
+    def _pick(self, name: str) -> Optional[str]:
         """The version this request goes to: the current one or the split's draw, unless its breaker is open."""
         current = self.store.current_version(check_name("model name", name))
         if current is None:
@@ -39,7 +39,7 @@ class Serving(object):
         picked = self.traffic.pick(name) or current
         return self.breakers.choose(name, picked, current, split, lambda: self.store.kept_installs(name))
 
-    def _observe(self, name, version, failed, ms=None):
+    def _observe(self, name: str, version: Optional[str], failed: bool, ms: Optional[float] = None) -> None:
         change = self.breakers.observe(name, version, failed, ms)
         if change and self.recorder:
             self.recorder.event("breaker", name, version, {"state": change[0], "reason": change[1]})
@@ -50,7 +50,7 @@ class Serving(object):
         merged = self.breakers.configure(name, limits)
         return {"name": name, "limits": merged, "breakers": self.breakers.states(name)}
 
-    def _serving(self, name, version=None):
+    def _serving(self, name: str, version: Optional[str] = None) -> Any:
         """The model this request goes to: the current version, or the version a traffic split draws."""
         if version is None or version == self.store.current_version(check_name("model name", name)):
             return self._get_loaded(name)
@@ -73,7 +73,7 @@ class Serving(object):
             self.recorder.event("split", name, self.store.current_version(name), {"versions": split})
         return {"name": name, "split": split}
 
-    def _enter(self, model):
+    def _enter(self, model: Any) -> None:
         """Backpressure: a model takes at most ``max_queue`` requests at once; beyond, 503 with Retry-After."""
         with self._lock:
             if model.pending >= self.max_queue:
@@ -82,7 +82,7 @@ class Serving(object):
                     "model %r already has %d requests running or waiting (the agent's --max-queue); retry shortly"
                     % (model.name, model.pending),
                 )
-                busy.headers = {"Retry-After": "1"}
+                busy.headers = {"Retry-After": "1"}  # type: ignore[attr-defined]
                 raise busy
             model.pending += 1
 

@@ -30,11 +30,11 @@ def check_session(session: Any) -> str:
 
 
 class Session(object):
-    def __init__(self, model, session_id):
+    def __init__(self, model: str, session_id: str) -> None:
         self.model, self.id = model, session_id
         self.lock = threading.Lock()
-        self.version = None  # the version whose state this holds
-        self.state = {}  # state input -> array
+        self.version = None  # type: Optional[str]  # the version whose state this holds
+        self.state = {}  # type: Dict[str, Any]  # state input -> array
         self.steps = 0
         self.created = self.used = time.time()
 
@@ -42,11 +42,11 @@ class Session(object):
 class Slot(object):
     """One request's use of a session: :meth:`feeds` before the run, :meth:`keep` after, :meth:`release` always."""
 
-    def __init__(self, session, version, manifest):
+    def __init__(self, session: Session, version: str, manifest: Dict[str, Any]) -> None:
         self.session, self.version = session, version
         self.pairs = stream_pairs(manifest)
         self.specs = dict((s["name"], s) for s in manifest.get("inputs", []))
-        self.reset = None
+        self.reset = None  # type: Optional[str]
 
     def feeds(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
         """The request's data inputs with this session's state (the given state inputs win: an app may seed it)."""
@@ -110,7 +110,7 @@ class SessionTable(object):
         self.evicted = 0
         self.expired = 0
 
-    def _sweep(self, now):
+    def _sweep(self, now: float) -> None:
         for key in [k for k, s in self._table.items() if now - s.used > self.ttl_s and not s.lock.locked()]:
             del self._table[key]
             self.expired += 1

@@ -43,21 +43,21 @@ def supported(task: Optional[Dict[str, Any]]) -> bool:
     return task["family"] != "detection" or task.get("head") in DETECTION_HEADS
 
 
-def _num(task, key, default):
+def _num(task: Dict[str, Any], key: str, default: float) -> float:
     try:
         return float(task.get("params", {}).get(key, default))
     except (TypeError, ValueError):
         return default
 
 
-def _rows(flat, shape):
+def _rows(flat: List[float], shape: Sequence[int]) -> List[List[float]]:
     """The last axis as rows: a list of lists."""
     width = shape[-1] if shape else 1
     return [flat[i : i + width] for i in range(0, len(flat), width)] if width else []
 
 
 # -- detection --------------------------------------------------------------------------------------------------------
-def _iou(a, b):
+def _iou(a: Sequence[float], b: Sequence[float]) -> float:
     w = min(a[2], b[2]) - max(a[0], b[0])
     h = min(a[3], b[3]) - max(a[1], b[1])
     inter = max(w, 0.0) * max(h, 0.0)
@@ -65,16 +65,16 @@ def _iou(a, b):
     return inter / (area - inter + 1e-9)
 
 
-def _nms(candidates, iou):
+def _nms(candidates: Sequence[Detection], iou: float) -> List[Detection]:
     """Per-class greedy NMS over (class, score, box); best first."""
-    kept = []
+    kept: List[Detection] = []
     for det in sorted(candidates, key=lambda d: -d[1]):
         if all(k[0] != det[0] or _iou(k[2], det[2]) <= iou for k in kept):
             kept.append(det)
     return kept
 
 
-def _xyxy(cx, cy, w, h):
+def _xyxy(cx: float, cy: float, w: float, h: float) -> Tuple[float, ...]:
     return (cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0)
 
 
@@ -149,7 +149,7 @@ def box_f1(reference: Sequence[Detection], candidate: Sequence[Detection], match
 
 
 # -- maps, sequences, rows ---------------------------------------------------------------------------------------------
-def _labels(flat, shape, thresh):
+def _labels(flat: Sequence[float], shape: Sequence[int], thresh: float) -> List[int]:
     """Per pixel: the argmax over the channel axis of [.., C, H, W], or value > thresh for one channel."""
     hw = shape[-1] * shape[-2] if len(shape) >= 2 else len(flat)
     channels = len(flat) // hw if hw else 1
@@ -162,7 +162,7 @@ def _labels(flat, shape, thresh):
     return out
 
 
-def _edit_distance(a, b):
+def _edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
     prev = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         cur = [i]
@@ -172,7 +172,7 @@ def _edit_distance(a, b):
     return prev[-1]
 
 
-def _ctc(flat, shape, blank, layout):
+def _ctc(flat: List[float], shape: Sequence[int], blank: int, layout: str) -> Optional[List[int]]:
     rows = _rows(flat, shape)
     if len(shape) >= 3 and layout == "TNC" and shape[1] > 1:
         return None  # several sequences interleaved: not checked cheaply
@@ -185,7 +185,7 @@ def _ctc(flat, shape, blank, layout):
     return seq
 
 
-def _cosine(a, b):
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     na = math.sqrt(sum(x * x for x in a))
     nb = math.sqrt(sum(y * y for y in b))
     if na == 0 and nb == 0:

@@ -23,6 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from . import retention
 from .devicectx import device_context
@@ -49,14 +50,14 @@ from .telemetry_schema import (  # noqa: F401  (every name stays importable from
 class Recorder(object):
     def __init__(
         self,
-        root,
-        flush_interval=0.2,
-        max_rows=1000000,
-        max_age_days=30.0,
-        minute_days=90.0,
-        context_interval=30.0,
-        max_bytes=MAX_BYTES,
-    ):
+        root: str,
+        flush_interval: float = 0.2,
+        max_rows: int = 1000000,
+        max_age_days: float = 30.0,
+        minute_days: float = 90.0,
+        context_interval: float = 30.0,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.dir = os.path.join(os.path.abspath(os.path.expanduser(root)), "telemetry")
         self.path = os.path.join(self.dir, "records.db")
         self.flush_interval = flush_interval
@@ -66,11 +67,11 @@ class Recorder(object):
         self.max_age_s = max_age_days * 86400.0
         self.minute_age_s = minute_days * 86400.0
         self.context_interval = context_interval
-        self.queue = collections.deque()
-        self.annotations = collections.deque()
-        self.events = collections.deque()
-        self.error = None
-        self.store_id = None
+        self.queue: Deque[Tuple[Any, ...]] = collections.deque()
+        self.annotations: Deque[Tuple[Any, ...]] = collections.deque()
+        self.events: Deque[Tuple[Any, ...]] = collections.deque()
+        self.error: Optional[str] = None
+        self.store_id: Optional[str] = None
         self.dropped = 0
         self.persisted = 0
         self._flush_lock = threading.Lock()
@@ -82,7 +83,7 @@ class Recorder(object):
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as e:
-            self._db = None
+            self._db = None  # type: ignore[assignment]
             self.error = (
                 "telemetry store %s is unreadable (%s). It was left as it is; the agent serves inferences "
                 "without recording them. Move the file aside (or restore it) and restart the agent to "
@@ -99,7 +100,7 @@ class Recorder(object):
         self._thread.start()
 
     # -- storage ---------------------------------------------------------------
-    def _open(self):
+    def _open(self) -> sqlite3.Connection:
         exists = os.path.exists(self.path)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         try:
@@ -122,31 +123,31 @@ class Recorder(object):
             raise
         return db
 
-    def _next_id(self, table):
+    def _next_id(self, table: str) -> int:
         """Ids are never reused, even after pruning emptied a table: a host's cursor stays valid."""
         row = self._db.execute("SELECT MAX(id) FROM %s" % table).fetchone()
         kept = self._db.execute("SELECT value FROM meta WHERE key=?", ("last_id_" + table,)).fetchone()
         return max(row[0] or 0, int(kept[0]) if kept else 0) + 1
 
-    def check(self):
+    def check(self) -> None:
         if self.error:
             raise TelemetryError(self.error)
 
     # -- request path ------------------------------------------------------------
     def record(
         self,
-        model,
-        version,
-        backend,
-        accelerator,
-        shape,
-        queue_ms,
-        infer_ms,
-        outcome,
-        error=None,
-        pre_ms=None,
-        post_ms=None,
-    ):
+        model: str,
+        version: Optional[str],
+        backend: Optional[str],
+        accelerator: Optional[str],
+        shape: Optional[str],
+        queue_ms: Optional[float],
+        infer_ms: Optional[float],
+        outcome: str,
+        error: Optional[str] = None,
+        pre_ms: Optional[float] = None,
+        post_ms: Optional[float] = None,
+    ) -> Optional[int]:
         """Queue one request's record; returns its id (for a later ``annotate``). Costs an append."""
         if self._db is None or self.error or len(self.queue) >= MAX_QUEUE:
             self.dropped += 1
@@ -175,7 +176,7 @@ class Recorder(object):
             )
         return rid
 
-    def annotate(self, rid, pre_ms=None, post_ms=None):
+    def annotate(self, rid: int, pre_ms: Optional[float] = None, post_ms: Optional[float] = None) -> None:
         """Pre/post-processing times an app measured around a request it made (its own pull stream)."""
         self.check()
         if not (isinstance(rid, int) and 1 <= rid <= MAX_ID):
@@ -183,7 +184,9 @@ class Recorder(object):
         with self._queue_lock:
             self.annotations.append((next(self._annotation_ids), rid, pre_ms, post_ms))
 
-    def event(self, kind, model=None, version=None, detail=None):
+    def event(
+        self, kind: str, model: Optional[str] = None, version: Optional[str] = None, detail: Optional[Any] = None
+    ) -> None:
         """Loads, installs, rollbacks: marks on the timeline."""
         if self._db is not None:
             with self._queue_lock:
@@ -199,7 +202,7 @@ class Recorder(object):
                 )
 
     # -- writer ------------------------------------------------------------------
-    def _loop(self):
+    def _loop(self) -> None:
         failures = 0
         while not self._stop.wait(min(self.flush_interval * (2**failures), 30.0)):
             try:
@@ -214,7 +217,7 @@ class Recorder(object):
                 self.error = "telemetry store %s failed while writing: %s" % (self.path, e)
                 return
 
-    def flush(self):
+    def flush(self) -> None:
         """Write everything queued, in one transaction (also called before a pull)."""
         if self._db is None:
             return
@@ -279,8 +282,8 @@ class Recorder(object):
             self.persisted += len(rows)
 
     @staticmethod
-    def _aggregate(db, rows):
-        groups = {}
+    def _aggregate(db: sqlite3.Connection, rows: List[Tuple[Any, ...]]) -> None:
+        groups: Dict[Tuple[Any, ...], List[Any]] = {}
         for r in rows:
             key = (int(r[1] // 60) * 60, r[2], r[3], r[4], r[5], r[11])
             g = groups.setdefault(key, [0, 0.0, {}])
@@ -307,15 +310,22 @@ class Recorder(object):
             else:
                 db.execute("INSERT INTO minutes VALUES (?,?,?,?,?,?,?,?,?)", key + (count, total, json.dumps(buckets)))
 
-    def prune_now(self):
+    def prune_now(self) -> None:
         with self._flush_lock:
             retention.prune(self._db, time.time(), self.max_age_s, self.max_rows, self.minute_age_s)
 
-    def used_bytes(self):
+    def used_bytes(self) -> int:
         return retention.used_bytes(self._db)
 
     # -- reading -----------------------------------------------------------------
-    def pull(self, after_id=0, after_event=0, after_context=0.0, limit=5000, after_annotation=0):
+    def pull(
+        self,
+        after_id: int = 0,
+        after_event: int = 0,
+        after_context: float = 0.0,
+        limit: int = 5000,
+        after_annotation: int = 0,
+    ) -> Dict[str, Any]:
         """Rows after the caller's cursors, oldest first; ``more`` says whether to ask again."""
         self.check()
         self.flush()
@@ -350,7 +360,7 @@ class Recorder(object):
             "more": more,
         }
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         return {
             "store_id": self.store_id,
             "path": self.path,
@@ -362,7 +372,7 @@ class Recorder(object):
             "flush_interval_s": self.flush_interval,
         }
 
-    def close(self):
+    def close(self) -> None:
         self._stop.set()
         if self._db is not None:
             try:

@@ -2,7 +2,7 @@
 (standard library only, Python 3.7+)."""
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 SCHEMA_VERSION = 1
 COLUMNS = (
@@ -47,7 +47,7 @@ MAX_BYTES = 64 << 20  # the store's size bound: beyond it the oldest raw rows go
 MAX_TEXT = {"model": 128, "version": 128, "backend": 64, "accelerator": 128, "shape": 256, "error": 300}
 
 
-def _cut(text, kind):
+def _cut(text: Any, kind: str) -> Any:
     return text[: MAX_TEXT[kind]] if isinstance(text, str) else text
 
 

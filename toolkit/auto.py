@@ -20,7 +20,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import bundle as bundle_mod
 from . import profiles
@@ -32,29 +32,29 @@ from .report import write_report
 
 
 def auto_build(
-    model,
-    profile,
-    output,
-    device="local://",
-    calib=None,
-    val=None,
-    preprocess=None,
-    input_shapes=None,
-    name=None,
-    budget=None,
-    backends=None,
-    precisions=None,
-    prune_levels=DEFAULT_PRUNE_LEVELS,
-    jobs=None,
-    runs=50,
-    warmup=5,
-    rounds=3,
-    device_python=None,
-    device_root=None,
-    use_cache=True,
-    log=None,
-    **gates,
-):
+    model: str | Path,
+    profile: profiles.Profile | str,
+    output: str | Path,
+    device: str = "local://",
+    calib: str | Path | None = None,
+    val: str | Path | None = None,
+    preprocess: str | None = None,
+    input_shapes: dict[str, list[Any]] | list[str] | tuple[str, ...] | None = None,
+    name: str | None = None,
+    budget: str | None = None,
+    backends: list[str] | None = None,
+    precisions: list[str] | None = None,
+    prune_levels: tuple[float, ...] | list[float] = DEFAULT_PRUNE_LEVELS,
+    jobs: int | None = None,
+    runs: int = 50,
+    warmup: int = 5,
+    rounds: int = 3,
+    device_python: str | None = None,
+    device_root: str | None = None,
+    use_cache: bool = True,
+    log: Callable[[str], Any] | None = None,
+    **gates: Any,
+) -> dict[str, Any]:
     """Build the candidate grid, measure it on ``device`` (a URL: local://, ssh://..., adb://...) and write
     the winner to ``output``; return the winner's build report with an ``auto`` section."""
     log = log or (lambda m: None)
@@ -115,7 +115,7 @@ def auto_build(
             + "; ".join(f"{c['label']}: {c.get('reason', c['status'])}" for c in cands)
         )
 
-    def as_winner(staged):
+    def as_winner(staged: Path) -> dict[str, Any]:
         manifest = bundle_mod.load(staged)
         manifest["name"] = base  # the version id does not depend on the name: the files are the same
         bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)

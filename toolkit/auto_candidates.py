@@ -65,7 +65,7 @@ def label(c: Candidate) -> str:
     return f"{c['backend']}-{c['precision']}" + (f"-p{round(c['prune'] * 100)}" if c["prune"] else "")
 
 
-def _quality(report):
+def _quality(report: dict[str, Any]) -> tuple[str | None, float | None]:
     """``(metric name, value)`` of the final fidelity step: accuracy where labels exist, else cosine mean."""
     steps = report.get("fidelity", {}).get("steps") or []
     if not steps:
@@ -91,7 +91,7 @@ def build_all(
     for failing fidelity, failed) and, when built, its bundle, size and quality."""
     from .builder import build
 
-    def one(c):
+    def one(c: Candidate) -> Candidate:
         out = workdir / c["label"]
         kwargs = dict(build_kwargs)
         if c["precision"] != "int8" or not kwargs.get("budget"):
@@ -131,7 +131,7 @@ def build_all(
 
     with progress.of(log).step(f"--auto: building {len(cands)} candidates", total=len(cands)) as step:
 
-        def counted(c):
+        def counted(c: Candidate) -> Candidate:
             try:
                 return one(c)
             finally:

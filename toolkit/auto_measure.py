@@ -34,7 +34,7 @@ def measure(
     kind, target, opts = parse_url(device_url)
     devices: dict[str, Any] = {}
 
-    def device_for(c):
+    def device_for(c: dict[str, Any]) -> Any:
         key = c["backend"] if kind == "local" else "-"
         if key not in devices:
             devices[key] = open_device(

@@ -137,7 +137,7 @@ def prepare(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Prepar
             "runtime": be.runtime_version(),
             "source": src.sha256,
             "shapes": {s.name: s.shape for s in src.inputs},
-            "shape_plan": src.shapes.section(),
+            "shape_plan": src.shapes.section(),  # type: ignore[union-attr]
             "profile": prof.data,
             "backend": backend,
             "precision": precision,

@@ -37,10 +37,10 @@ class Dataset:
     synthetic: bool = False
     meta: dict = field(default_factory=dict)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.samples)
 
-    def describe(self):
+    def describe(self) -> dict[str, Any]:
         kind = "synthetic random inputs" if self.synthetic else self.source
         out = {"source": kind, "samples": len(self), "labels": self.labels is not None, "synthetic": self.synthetic}
         if self.synthetic and self.meta.get("non_float_inputs"):
@@ -231,14 +231,14 @@ def synthetic_dataset(
     return Dataset(samples, None, "synthetic", synthetic=True, meta={"non_float_inputs": drawn} if drawn else {})
 
 
-def save_samples(dataset, path, count=1):
+def save_samples(dataset: Dataset, path: str | Path, count: int = 1) -> Path:
     """Save the first samples (batch dimension kept) as an .npz the agent can feed."""
     names = list(dataset.samples[0])
     arrays = {
         n: np.concatenate([s[n] for s in dataset.samples[:count]]) if count > 1 else dataset.samples[0][n]
         for n in names
     }
-    np.savez(path, **arrays)
+    np.savez(path, **arrays)  # type: ignore[arg-type]
     return Path(path)
 
 

@@ -197,7 +197,9 @@ def compare(
     return result
 
 
-def _user_gate(section: dict[str, Any], user: UserMetric | None, reference: Any, labels: Any, thresholds: Thresholds):
+def _user_gate(
+    section: dict[str, Any], user: UserMetric | None, reference: Any, labels: Any, thresholds: Thresholds
+) -> None:
     """Fill the user metric's minimum: --min-score, else 1% below the reference's score against itself."""
     entry = section.get("user_metric")
     if entry is None:

@@ -7,7 +7,7 @@ user's model with its dynamic dimensions fixed (from ``--input-shape``, else bat
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -39,15 +39,15 @@ class TensorSpec:
     dtype: str
     layout: str | None = None
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "layout": self.layout}
 
     @property
-    def static(self):
+    def static(self) -> bool:
         return all(isinstance(d, int) for d in self.shape)
 
 
-def guess_layout(shape):
+def guess_layout(shape: Sequence[int | str | None]) -> str | None:
     """NCHW/NHWC for image-like 4-D tensors, else None (we never guess beyond that)."""
     if len(shape) != 4:
         return None
@@ -67,22 +67,22 @@ def guess_layout(shape):
     return None
 
 
-def _specs(values):
+def _specs(values: Iterable[onnx.ValueInfoProto]) -> list[TensorSpec]:
     out = []
     for v in values:
         t = v.type.tensor_type
-        dims = []
+        dims: list[int | str] = []
         for i, d in enumerate(t.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(int(d.dim_value))
             else:
                 dims.append(d.dim_param or f"dim{i}")
-        dtype = ONNX_TO_NUMPY.get(t.elem_type, onnx.TensorProto.DataType.Name(t.elem_type).lower())
+        dtype = ONNX_TO_NUMPY.get(t.elem_type, onnx.TensorProto.DataType.Name(t.elem_type).lower())  # type: ignore[call-overload]
         out.append(TensorSpec(v.name, dims, dtype, guess_layout(dims)))
     return out
 
 
-def parse_input_shapes(items):
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[shapes_mod.Decl]]:
     """``["x=1,3,48,192", "len=[8,16,32]", "y=1,[32:960]"]`` -> ``{"x": [1, 3, 48, 192], ...}`` (see edgekit.shapes)."""
     return shapes_mod.parse_input_shapes(items)
 
@@ -101,10 +101,10 @@ class SourceModel:
     shapes: shapes_mod.ShapePlan | None = None  # declared shapes, the points checks run at, what stays dynamic
 
     @property
-    def opset(self):
+    def opset(self) -> dict[str, int]:
         return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
 
-    def save(self, path):
+    def save(self, path: str | Path) -> Path:
         """Write the model; its IR version is lowered to the lowest that its opsets allow.
 
         The IR version only says which file-format features a model may use. Exporters stamp
@@ -121,7 +121,7 @@ class SourceModel:
         return Path(path)
 
 
-def file_sha256(path, chunk=1 << 20):
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(chunk), b""):
@@ -129,7 +129,13 @@ def file_sha256(path, chunk=1 << 20):
     return h.hexdigest()
 
 
-def load_model(path, input_shapes=None, data_shapes=None, keep_dynamic=False, why_static=None):
+def load_model(
+    path: str | Path,
+    input_shapes: dict[str, list[shapes_mod.Decl]] | None = None,
+    data_shapes: shape_hints.DataShapes | None = None,
+    keep_dynamic: bool = False,
+    why_static: str | None = None,
+) -> SourceModel:
     """Read, check and shape-fix an ONNX model. Raises ModelError with a clear message.
 
     ``input_shapes``: ``{input: [dims]}``, each dimension a size, a range or a set (:mod:`edgekit.shapes`).
@@ -210,11 +216,13 @@ def load_model(path, input_shapes=None, data_shapes=None, keep_dynamic=False, wh
     return model
 
 
-def _dim(d):
+def _dim(d: Any) -> int | str | None:
     return d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
 
 
-def _declare(graph_inputs, input_shapes):
+def _declare(
+    graph_inputs: Sequence[onnx.ValueInfoProto], input_shapes: dict[str, list[Any]] | None
+) -> dict[str, list[shapes_mod.Decl]]:
     """Per input, per dimension: the model's size, the declared size/range/set, or None (dynamic, undeclared)."""
     shapes = {k: [shapes_mod.as_decl(d) for d in v] for k, v in (input_shapes or {}).items()}
     unknown = set(shapes) - {i.name for i in graph_inputs}
@@ -222,7 +230,7 @@ def _declare(graph_inputs, input_shapes):
         raise ModelError(
             f"--input-shape names {sorted(unknown)} but the model's inputs are {[i.name for i in graph_inputs]}"
         )
-    declared = {}
+    declared: dict[str, list[shapes_mod.Decl]] = {}
     for inp in graph_inputs:
         model_shape = [_dim(d) for d in inp.type.tensor_type.shape.dim]
         want = shapes.get(inp.name)
@@ -243,7 +251,7 @@ def _declare(graph_inputs, input_shapes):
     return declared
 
 
-def _read(path):
+def _read(path: Path) -> tuple[onnx.ModelProto, bytes]:
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.onnx"))[:3]
         inside = f" (it holds {', '.join(found)})" if found else ""
@@ -295,11 +303,11 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
         raise ModelError(f"cannot read {path}'s external data {files}: {e}") from None
 
 
-def operator_set(proto):
+def operator_set(proto: onnx.ModelProto) -> list[dict[str, Any]]:
     """Operators a model uses: ``[{"domain", "op", "count"}]``, sorted, subgraphs included."""
-    counts = {}
+    counts: dict[tuple[str, str], int] = {}
 
-    def walk(graph):
+    def walk(graph: onnx.GraphProto) -> None:
         for node in graph.node:
             key = (node.domain or "ai.onnx", node.op_type)
             counts[key] = counts.get(key, 0) + 1

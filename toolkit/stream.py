@@ -193,7 +193,9 @@ def load_sequences(path: str | Path, specs: list, spec: StreamSpec) -> list[Sequ
     return [_sequence(_read(f), specs, spec, str(f)) for f in files]
 
 
-def synthetic_sequences(specs: list, spec: StreamSpec, n: int = SYNTHETIC_SEQUENCES, steps: int = SYNTHETIC_STEPS):
+def synthetic_sequences(
+    specs: list, spec: StreamSpec, n: int = SYNTHETIC_SEQUENCES, steps: int = SYNTHETIC_STEPS
+) -> list[Sequence]:
     """Random data inputs, zero initial states."""
     data = [s for s in specs if s.name not in spec.pairs]
     out = []

@@ -26,13 +26,22 @@ edgekit never lets them: :func:`no_telemetry` runs before any OpenVINO/NNCF impo
 ``import openvino_telemetry`` fail, which both packages handle by using their no-op stubs.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from edgekit_agent.runners.base import int8_products_saturate
 
-from ..base import Backend, BuildResult
+from ..base import Backend, BuildContext, BuildResult
 from .common import PRECISION_MARK, _ov, _present, _short_version, device_list
 from .quantize import OpenVINOQuantization
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.execution import Execution, Feed
+    from edgekit.model import SourceModel
+    from edgekit.profiles import Profile
 
 EXACT = "openvino.exact_int8"  # session memo: this build's int8 IRs are checked with FakeQuantize in fp32
 
@@ -42,15 +51,15 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
     placement = "edgekit.converters.openvino.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "Install it with: pip install 'edgekit[openvino]' (openvino and nncf)."
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._core = None
 
-    def core(self):
+    def core(self) -> Any:
         if self._core is None:
             self._core = _ov().Core()
         return self._core
 
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         try:
             ov = _ov()
         except ImportError as e:
@@ -62,7 +71,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         return True, f"openvino {_short_version(ov.__version__)}, devices: {devices}, {self._nncf_detail()}"
 
     @staticmethod
-    def _nncf_detail():
+    def _nncf_detail() -> str:
         import importlib.util
 
         if importlib.util.find_spec("nncf") is None:
@@ -74,10 +83,10 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         except PackageNotFoundError:
             return "nncf (version unknown)"
 
-    def runtime_version(self):
+    def runtime_version(self) -> str:
         return _short_version(_ov().__version__)
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         for p in profile.backend("openvino").get("precisions", ["fp32"]):
             if p == "int8" and not have_calib:
                 continue
@@ -85,7 +94,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
                 return p
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         import importlib.util
 
         if importlib.util.find_spec("openvino") is None:
@@ -100,14 +109,20 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         }
 
     # -- host-side inference ------------------------------------------------------
-    def _mark(self, model_path):
+    def _mark(self, model_path: str | Path) -> str | None:
         """The execution precision an IR asks for (rt_info), None for the device's default."""
         if Path(model_path).suffix == ".onnx":
             return "f32"  # the FP32 reference runs as an fp32 build does
         model = self.core().read_model(str(model_path))
         return model.get_rt_info(PRECISION_MARK).astype(str) if model.has_rt_info(PRECISION_MARK) else None
 
-    def execution(self, model_path, threads=None, session=None, inference_precision="f32"):
+    def execution(
+        self,
+        model_path: str | Path,
+        threads: int | None = None,
+        session: BuildSession | None = None,
+        inference_precision: str | None = "f32",
+    ) -> Execution:
         """The agent's OpenVINO runner on this machine's CPU plugin, executing at ``inference_precision`` (fidelity:
         f32; None: the CPU's default), without a model cache beside the file."""
         from edgekit.execution import in_process
@@ -119,7 +134,13 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
             options["exact_int8"] = True
         return in_process(self.name, model_path, dict(manifest, runner=options), threads)
 
-    def reference_outputs(self, model_path, samples, threads=None, session=None):
+    def reference_outputs(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """ONNX Runtime reads the ONNX file independently of OpenVINO's frontend, when installed; else OpenVINO."""
         from edgekit.execution import predict
 
@@ -135,18 +156,24 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
             session.notes["reference_runtime"] = who
         return outputs
 
-    def predict(self, model_path, samples, threads=None, session=None):
+    def predict(
+        self,
+        model_path: str | Path,
+        samples: Sequence[Feed],
+        threads: int | None = None,
+        session: BuildSession | None = None,
+    ) -> list:
         """Fidelity: built IRs executed at f32 by the agent's runner; an ONNX file is the reference."""
         if Path(model_path).suffix == ".onnx":
             return self.reference_outputs(model_path, samples, threads, session)
         return super().predict(model_path, samples, threads, session)
 
-    def runner(self, model_path, threads=None, session=None):
+    def runner(self, model_path: str | Path, threads: int | None = None, session: BuildSession | None = None) -> Any:
         """The model as the device runs it (fp32 IRs at f32, others in the CPU's default), for timing."""
         return self.execution(model_path, threads, session, inference_precision=self._mark(model_path))
 
     # -- conversion ---------------------------------------------------------------
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         from edgekit.errors import ConversionError
 
         if ctx.precision not in self.precisions:
@@ -167,6 +194,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         self._name_tensors(model, ctx.source)
         fp32_xml = self._save(ov, model, work / "fp32", compress_to_fp16=False, precision="f32")
         ctx.check("ONNX -> OpenVINO IR (fp32)", fp32_xml)
+        exec_precision: str | None
         final, exec_precision = fp32_xml, "f32"
 
         if ctx.precision == "fp16":
@@ -198,7 +226,7 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
                 if tail is not None:
                     sections["kept_float"] = tail
                     if tail["kept"]:
-                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"
+                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"  # type: ignore[attr-defined]
             exec_precision = None
             ctx.check(step, final)
         elif ctx.precision == "int8-weights":
@@ -266,14 +294,14 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         )
 
     @staticmethod
-    def _name_tensors(model, source):
+    def _name_tensors(model: Any, source: SourceModel) -> None:
         """Each input/output tensor carries exactly the ONNX name, so outputs come back under it."""
         for ports, specs in ((model.inputs, source.inputs), (model.outputs, source.outputs)):
             for port, spec in zip(ports, specs):
                 if spec.name in port.get_names():
                     port.get_tensor().set_names({spec.name})
 
-    def _save(self, ov, model, outdir, compress_to_fp16, precision=None):
+    def _save(self, ov: Any, model: Any, outdir: Path, compress_to_fp16: bool, precision: str | None = None) -> Path:
         outdir.mkdir(parents=True, exist_ok=True)
         if precision:
             model.set_rt_info(precision, PRECISION_MARK)
@@ -281,13 +309,13 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
         return xml
 
-    def _host_default_precision(self):
+    def _host_default_precision(self) -> str | None:
         try:
             return self.core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
         except Exception:  # an old CPU plugin without the property
             return None
 
-    def _operator_support(self, model, device, profile):
+    def _operator_support(self, model: Any, device: str, profile: Profile) -> dict[str, dict[str, Any]]:
         """``Core.query_model`` for each device the profile names, where this machine has it."""
         import platform
 
@@ -323,14 +351,14 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         return out
 
     @staticmethod
-    def _device_name(core, dev):
+    def _device_name(core: Any, dev: str) -> str:
         try:
             return core.get_property(dev, "FULL_DEVICE_NAME")
         except Exception:
             return dev
 
     @staticmethod
-    def _plugin_detail(core, dev, available):
+    def _plugin_detail(core: Any, dev: str, available: list[str]) -> str:
         try:
             core.get_versions(dev)
         except Exception as e:
@@ -342,8 +370,8 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         )
 
     @staticmethod
-    def _ops(model):
-        counts = {}
+    def _ops(model: Any) -> list[dict[str, Any]]:
+        counts: dict[tuple[str, str], int] = {}
         for op in model.get_ops():
             info = op.get_type_info()
             key = (f"openvino.{info.version_id}" if info.version_id else "openvino", op.get_type_name())

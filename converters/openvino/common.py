@@ -4,6 +4,7 @@ import contextlib
 import io
 import logging
 import warnings as _warnings
+from typing import Any, Iterable, Iterator
 
 # Activations NNCF's docs recommend the MIXED preset (asymmetric activation quantization) for.
 NON_RELU_ACTIVATIONS = {
@@ -33,18 +34,18 @@ AUTO_DEFAULT = ("GPU", "CPU")  # OpenVINO's AUTO default priority (the NPU is on
 from edgekit_agent.runners.openvino import no_telemetry  # noqa: E402
 
 
-def _ov():
+def _ov() -> Any:
     no_telemetry()
     import openvino
 
     return openvino
 
 
-def _short_version(v):
+def _short_version(v: object) -> str:
     return str(v).split("-")[0]
 
 
-def device_list(spec):
+def device_list(spec: str) -> list[str]:
     """``CPU`` -> [CPU]; ``AUTO:NPU,GPU,CPU`` -> [NPU, GPU, CPU]; ``AUTO`` -> OpenVINO's default order."""
     spec = (spec or "CPU").strip()
     if spec == "AUTO":
@@ -54,12 +55,12 @@ def device_list(spec):
     return [spec]
 
 
-def _present(device, available):
+def _present(device: str, available: Iterable[str]) -> bool:
     return any(a == device or a.split(".")[0] == device for a in available)
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[io.StringIO]:
     """NNCF logs and draws progress bars on stdout; keep edgekit's stdout (and --json) clean."""
     buf = io.StringIO()
     nncf_logger = logging.getLogger("nncf")

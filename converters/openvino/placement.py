@@ -1,14 +1,22 @@
 """Placement for OpenVINO: ``Core.query_model`` for each profile device whose plugin is on this machine,
 the documented device limits otherwise; the steps of OpenVINO's conditional compilation."""
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from edgekit import support_tables as st
 from edgekit.placement_graph import _flops, _node
 from edgekit.placement_targets import _accelerator_name, _fix_op, _target
 
+if TYPE_CHECKING:
+    from edgekit.profiles import Profile
+
 OV_SKIP = {"Parameter", "Result", "Constant"}
 
 
-def openvino_graph(model):
+def openvino_graph(model: Any) -> list[dict[str, Any]]:
     """Nodes of an OpenVINO model (Parameter/Constant/Result left out), shapes from the IR, FLOPs."""
     nodes = []
     for op in model.get_ordered_ops():
@@ -44,7 +52,7 @@ def openvino_graph(model):
     return nodes
 
 
-def openvino_targets(ov_model, profile):
+def openvino_targets(ov_model: Any, profile: Profile) -> list[dict[str, Any]]:
     from edgekit.converters.openvino import BACKEND as ov_backend
     from edgekit.converters.openvino.common import _present, device_list
 
@@ -109,13 +117,13 @@ def openvino_targets(ov_model, profile):
     return targets
 
 
-def _read_openvino(model_path, workdir):
+def _read_openvino(model_path: str | Path, workdir: str | Path) -> tuple[str, Any]:
     from edgekit.converters.openvino import BACKEND as ov_backend
 
     return "openvino", ov_backend.core().read_model(str(model_path))
 
 
-def _write_openvino(bundle_dir, manifest, out):
+def _write_openvino(bundle_dir: Path, manifest: dict[str, Any], out: Path) -> list[Path]:
     from edgekit.converters.openvino import BACKEND as ov_backend
 
     model = ov_backend.core().read_model(str(bundle_dir / manifest["model"]))
@@ -136,11 +144,11 @@ def _write_openvino(bundle_dir, manifest, out):
     return [out / "ops.txt", out / "README.txt"]
 
 
-def nodes(kind, graph):
+def nodes(kind: str, graph: Any) -> Any:
     return openvino_graph(graph) if kind == "openvino" else graph
 
 
-def targets(kind, graph, nodes, profile):
+def targets(kind: str, graph: Any, nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     return openvino_targets(graph, profile) if kind == "openvino" else []
 
 

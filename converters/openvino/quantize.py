@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
 from .common import NON_RELU_ACTIVATIONS, _ov, _quiet, device_list, no_telemetry
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+    from edgekit.model import SourceModel
+    from edgekit.passes.mixed_precision import Layer
+    from edgekit.profiles import Profile
 
 
 class OpenVINOQuantization:
     """Quantization methods of the OpenVINO backend (mixed into :class:`.backend.OpenVINOBackend`)."""
 
+    if TYPE_CHECKING:  # what the backend provides
+
+        def core(self) -> Any: ...
+        @staticmethod
+        def _name_tensors(model: Any, source: SourceModel) -> None: ...
+        def _save(
+            self, ov: Any, model: Any, outdir: Path, compress_to_fp16: bool, precision: str | None = None
+        ) -> Path: ...
+
     @staticmethod
-    def _nncf():
+    def _nncf() -> Any:
         from edgekit.errors import BackendUnavailable
 
         no_telemetry()
@@ -23,7 +41,7 @@ class OpenVINOQuantization:
         return nncf
 
     # -- mixed precision (--budget) ---------------------------------------------------
-    def _fp32_ir(self, ctx):
+    def _fp32_ir(self, ctx: BuildContext) -> Path:
         """The fp32 IR ``build`` wrote (converted again when called outside a build)."""
         xml = ctx.workdir / "openvino" / "fp32" / "model.xml"
         if not xml.is_file():
@@ -33,7 +51,7 @@ class OpenVINOQuantization:
             self._save(ov, model, xml.parent, compress_to_fp16=False, precision="f32")
         return xml
 
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """Reference layers -> OpenVINO op names (NNCF's ignored scope): the Convolution/MatMul that produces
         the layer's output tensor, directly or through the Add/Multiply a folded BatchNormalization became."""
         model = self.core().read_model(str(self._fp32_ir(ctx)))
@@ -50,7 +68,7 @@ class OpenVINOQuantization:
                 for name in out.get_names():
                     by_tensor[name] = op
 
-        def find(op, hops=4):
+        def find(op: Any, hops: int = 4) -> str | None:
             while op is not None and hops >= 0:
                 if op.get_type_name() in weighted:
                     return op.get_friendly_name()
@@ -65,7 +83,7 @@ class OpenVINOQuantization:
             for layer in layers
         }
 
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         settings = ctx.profile.backend("openvino")
         names = sorted(n for n in (self.layer_names(ctx, exclude) if exclude else {}).values() if n)
         tag = f"{len(names)}f{len(list((ctx.workdir / 'openvino').glob('int8-mp*')))}"
@@ -79,17 +97,19 @@ class OpenVINOQuantization:
         )
         return xml
 
-    def _head_float(self, ov, ctx, fp32_xml, plain, device, step):
+    def _head_float(
+        self, ov: Any, ctx: BuildContext, fp32_xml: Path, plain: Path, device: str, step: str
+    ) -> tuple[Path, dict[str, Any] | None]:
         """``plain``, or INT8 again with a detector's decoder tail in NNCF's ignored scope (:mod:`..heads`): the
         tail is found in the reference ONNX graph and its nodes named in the IR by the tensors they produce."""
         import onnx
 
         from ..heads import keep_tail_float
 
-        def graph():
+        def graph() -> onnx.GraphProto:
             return onnx.load(str(ctx.reference_path), load_external_data=False).graph
 
-        def rebuild(nodes):
+        def rebuild(nodes: tuple[str, ...]) -> Path:
             produces = {n.name: list(n.output) for n in graph().node}
             by_tensor = {
                 name: op.get_friendly_name()
@@ -103,7 +123,9 @@ class OpenVINOQuantization:
 
         return keep_tail_float(ctx, plain, graph, rebuild, step)
 
-    def _int8(self, ov, ctx, fp32_xml, outdir, device, ignored=()):
+    def _int8(
+        self, ov: Any, ctx: BuildContext, fp32_xml: Path, outdir: Path, device: str, ignored: Iterable[str] = ()
+    ) -> tuple[Path, dict[str, Any]]:
         from edgekit.errors import ConversionError
 
         nncf = self._nncf()
@@ -150,7 +172,7 @@ class OpenVINOQuantization:
         return self._save(ov, quantized, outdir, compress_to_fp16=False), section
 
     @staticmethod
-    def _overflow_fix(profile, device):
+    def _overflow_fix(profile: Profile, device: str) -> tuple[str, str]:
         """x86 CPUs without VNNI multiply u8 x s8 with VPMADDUBSW, whose 16-bit sums saturate: NNCF's
         overflow fix (7-bit weights) guards against that, on every layer (measured on PP-OCR cls with an
         AVX2-only CPU: the first layer alone, NNCF's default, 88.0 % against 94.0 % FP32; every layer 92.5 %).
@@ -163,7 +185,7 @@ class OpenVINOQuantization:
             f"({'VNNI' if profile.arch == 'x86_64' else profile.arch + ' dot products'} or a GPU/NPU)"
         )
 
-    def _int8_weights(self, ov, fp32_xml, outdir):
+    def _int8_weights(self, ov: Any, fp32_xml: Path, outdir: Path) -> tuple[Path, dict[str, Any]]:
         from edgekit.errors import ConversionError
 
         nncf = self._nncf()

@@ -15,13 +15,20 @@ Choices, and why:
   the profile's architecture (``arm`` keeps QDQ int8 fusions, drops x86-only NCHWc).
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgekit_agent.runners.base import int8_products_saturate
 
-from ..base import Backend, BuildResult
+from ..base import Backend, BuildContext, BuildResult
 from .convert import OrtFormats
 from .quantize import OrtQuantization
+
+if TYPE_CHECKING:
+    from edgekit.converters.session import BuildSession
+    from edgekit.profiles import Profile
 
 FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC = {"Conv", "ConvTranspose"}
 EXACT = "ort.exact_int8"  # session memo: this build's int8 models are checked with QDQ unfused
@@ -32,19 +39,19 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
     placement = "edgekit.converters.ort.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "Install it with: pip install 'edgekit[ort]' (or pip install onnxruntime)."
 
-    def availability(self):
+    def availability(self) -> tuple[bool, str]:
         try:
             import onnxruntime as ort
         except ImportError as e:
             return False, f"onnxruntime is not installed ({e})"
         return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
 
-    def runtime_version(self):
+    def runtime_version(self) -> str:
         import onnxruntime as ort
 
         return ort.__version__
 
-    def default_precision(self, profile, have_calib):
+    def default_precision(self, profile: Profile, have_calib: bool) -> str:
         wanted = profile.backend("ort").get("precisions", ["fp32"])
         for p in wanted:
             if p == "int8" and not have_calib:
@@ -52,7 +59,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             return p
         return "fp32"
 
-    def host_settings(self, arch, isa):
+    def host_settings(self, arch: str, isa: list) -> dict | None:
         """Always ranked first on the host (the reference runtime)."""
         providers = ["CPUExecutionProvider"]
         try:
@@ -72,13 +79,13 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
 
     # host-side inference: the reference by edgekit.execution.reference_session, built models by the agent's
     # ONNX Runtime runner (Backend.execution), as the device runs them
-    def manifest_for(self, model_path, session=None):
+    def manifest_for(self, model_path: str | Path, session: BuildSession | None = None) -> dict:
         entry = super().manifest_for(model_path, session)
         if session is not None and session.memo.get(EXACT) and str(model_path).endswith(".onnx"):
             entry = dict(entry, runner={**entry.get("runner", {}), "graph_optimization": "basic"})
         return entry
 
-    def _ort_matches_qdq(self, ctx, qdq_path, ort_path):
+    def _ort_matches_qdq(self, ctx: BuildContext, qdq_path: Path, ort_path: Path) -> dict[str, Any]:
         """The .ort file against its QDQ source, both under this host's own (fused) kernels: the conversion must
         not change what the model computes. Returns the record for the report; raises ConversionError if not."""
         import numpy as np
@@ -86,7 +93,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         from edgekit.errors import ConversionError
         from edgekit.execution import in_process, predict
 
-        samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]
+        samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]  # type: ignore[union-attr]
         plain = {**(ctx.session.default_manifest() if ctx.session else {}), "runner": {}}
         qdq = predict(in_process("ort", qdq_path, plain), samples)
         ort = predict(in_process("ort", ort_path, plain), samples)
@@ -104,7 +111,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         return {"samples": len(samples), "max_abs_vs_qdq_same_kernels": worst}
 
     # -- conversion ---------------------------------------------------------------
-    def build(self, ctx):
+    def build(self, ctx: BuildContext) -> BuildResult:
         import onnx
 
         settings = ctx.profile.backend("ort")
@@ -149,7 +156,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                 if tail is not None:
                     sections["kept_float"] = tail
                     if tail["kept"]:
-                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"
+                        step += f", {len(tail['nodes'])} node(s) of the {ctx.task.spec.family} tail kept float"  # type: ignore[attr-defined]
             sections["quantization"] = {
                 "method": "static",
                 "format": "QDQ",
@@ -158,7 +165,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                 "weights": "int8",
                 "reduce_range": reduce_range,
                 "calibration": "minmax",
-                "calibration_samples": len(ctx.calib),
+                "calibration_samples": len(ctx.calib),  # type: ignore[arg-type]
                 **({"checked_in": "exact int8 arithmetic (QDQ unfused) on this host"} if exact else {}),
             }
             floats = len(sections.get("mixed_precision", {}).get("float_layer_names", []))

@@ -3,10 +3,11 @@
 import contextlib
 import io
 import logging
+from typing import Iterator
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[io.StringIO]:
     """ORT's tools print progress to stdout; keep edgekit's stdout (and --json) clean."""
     buf = io.StringIO()
     logging.disable(logging.WARNING)

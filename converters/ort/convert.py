@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .common import _quiet
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class OrtFormats:
     """Format methods of the ONNX Runtime backend (mixed into :class:`.backend.OrtBackend`)."""
 
-    def _to_ort_format(self, onnx_path, outdir, target_platform):
+    def _to_ort_format(self, onnx_path: Path, outdir: Path, target_platform: str) -> tuple[Path, Path]:
         from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
         from edgekit.errors import ConversionError
@@ -44,11 +48,11 @@ class OrtFormats:
         return ort_file, config
 
     @staticmethod
-    def _required_ops_from_onnx(proto):
+    def _required_ops_from_onnx(proto: onnx.ModelProto) -> str:
         from edgekit.model import operator_set
 
         opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
-        by_domain = {}
+        by_domain: dict[str, set[str]] = {}
         for op in operator_set(proto):  # subgraphs (If, Loop) included
             by_domain.setdefault(op["domain"], set()).add(op["op"])
         lines = ["# required operators of the ONNX model (domain;opset;ops)"]
@@ -57,7 +61,7 @@ class OrtFormats:
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _usability(onnx_path):
+    def _usability(onnx_path: str | Path) -> dict[str, Any]:
         """ONNX Runtime's own NNAPI / Core ML partitioning check (the mobile usability checker)."""
         import tempfile
 
@@ -85,7 +89,7 @@ class OrtFormats:
             "NNAPI": lambda m: uc.check_nnapi_partitions(m, True),
             "CoreML MLProgram": lambda m: uc.check_coreml_partitions(m, True, "coreml_supported_mlprogram_ops.md"),
         }
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for ep, fn in checks.items():
             try:
                 with _quiet():

@@ -1,12 +1,20 @@
 """Placement for ONNX Runtime: which execution provider runs each node (ORT's own mobile usability checker for
 NNAPI / Core ML, plus the caveats of its op lists), and the required-operators config for a minimal build."""
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgekit import support_tables as st
 from edgekit.errors import BundleError
 from edgekit.placement_graph import onnx_graph
 from edgekit.placement_targets import _accelerator_name, _fix_op, _target, _unchecked_target
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgekit.profiles import Profile
 
 # ONNX Runtime execution providers that are the CPU (not an accelerator placement question).
 CPU_PROVIDERS = {"CPUExecutionProvider", "XNNPACKExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider"}
@@ -23,7 +31,7 @@ ORT_ACCELERATORS = {  # provider -> (short name, profile accelerator api, suppor
 }
 
 
-def _ort_checker_target(proto, provider, profile):
+def _ort_checker_target(proto: onnx.ModelProto, provider: str, profile: Profile) -> dict[str, Any]:
     """NNAPI / Core ML: ORT's usability checker decides; our rules check the caveats it only prints."""
     import tempfile
 
@@ -133,7 +141,7 @@ def _ort_checker_target(proto, provider, profile):
     return target
 
 
-def ort_targets(proto, profile):
+def ort_targets(proto: onnx.ModelProto, profile: Profile) -> list[dict[str, Any]]:
     targets = []
     providers = profile.backend("ort").get("providers", ["CPUExecutionProvider"])
     nodes = None
@@ -157,7 +165,7 @@ def ort_targets(proto, profile):
 
 
 # -- selective build ---------------------------------------------------------------------------
-def _write_ort(bundle_dir, manifest, out):
+def _write_ort(bundle_dir: Path, manifest: dict[str, Any], out: Path) -> list[Path]:
     from onnxruntime.tools.reduced_build_config_parser import parse_config
 
     src = bundle_dir / "required_operators.config"
@@ -184,7 +192,7 @@ def _write_ort(bundle_dir, manifest, out):
     return [dst, out / "README.txt"]
 
 
-def targets(kind, graph, nodes, profile):
+def targets(kind: str, graph: Any, nodes: list[dict[str, Any]], profile: Profile) -> list[dict[str, Any]]:
     """On the ONNX graph (what ONNX Runtime runs): one section per non-CPU execution provider the profile lists."""
     return ort_targets(graph, profile) if kind == "onnx" else []
 

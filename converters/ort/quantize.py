@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
 from .common import _quiet
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+    from edgekit.data import Dataset
+    from edgekit.passes.mixed_precision import Layer
 
 
 class OrtQuantization:
     """Quantization methods of the ONNX Runtime backend (mixed into :class:`.backend.OrtBackend`)."""
 
-    def _fp16(self, src, dst, block=()):
+    def _fp16(self, src: Any, dst: Path, block: Iterable[str] = ()) -> Path:
         """FP16 with the converter's default op block list, and the nodes named in ``block`` kept in float32."""
         import warnings
 
@@ -35,7 +43,7 @@ class OrtQuantization:
         onnx.save(m, str(dst))
         return dst
 
-    def _fp16_in_range(self, ctx, work, step):
+    def _fp16_in_range(self, ctx: BuildContext, work: Path, step: str) -> tuple[Path, dict[str, Any]]:
         """FP16 with the nodes whose values leave fp16's range kept in float32 (:mod:`..fp16_range`), widened while
         the step fails its gate (at most ``len(HEADROOMS)`` tries). Returns the model file and the report section."""
         import onnx
@@ -56,9 +64,16 @@ class OrtQuantization:
                 break
         section = fr.section(blocked, found, headroom, rounds)
         ctx.log(f"  fp16: {section['reason']}")
-        return path, section
+        return path, section  # type: ignore[return-value]  # HEADROOMS is not empty
 
-    def _int8_static(self, ctx, work, reduce_range, exclude=(), out=None):
+    def _int8_static(
+        self,
+        ctx: BuildContext,
+        work: Path,
+        reduce_range: bool,
+        exclude: Iterable[str] = (),
+        out: Path | None = None,
+    ) -> Path:
         """Static QDQ int8; ``exclude``: node names of the pre-processed model kept in float."""
         import inspect
 
@@ -91,21 +106,23 @@ class OrtQuantization:
             raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
         return out
 
-    def _head_float(self, ctx, work, reduce_range, plain, step):
+    def _head_float(
+        self, ctx: BuildContext, work: Path, reduce_range: bool, plain: Path, step: str
+    ) -> tuple[Path, dict[str, Any] | None]:
         """``plain``, or INT8 again with the decoder tail of a detector in float (:mod:`..heads`); and the section."""
         import onnx
 
         from ..heads import keep_tail_float
 
-        def rebuild(nodes):
+        def rebuild(nodes: tuple[str, ...]) -> Path:
             return self._int8_static(ctx, work, reduce_range, nodes, out=work / "model.int8-tail.onnx")
 
-        def graph():
+        def graph() -> onnx.GraphProto:
             return onnx.load(str(self._preprocessed(ctx, work)), load_external_data=False).graph
 
         return keep_tail_float(ctx, plain, graph, rebuild, step)
 
-    def _preprocessed(self, ctx, work):
+    def _preprocessed(self, ctx: BuildContext, work: Path) -> Path:
         """The model int8 quantization starts from (opset >= 13, ORT's pre-processing), once per build."""
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -128,7 +145,7 @@ class OrtQuantization:
         return pre
 
     @staticmethod
-    def _name_nodes(path):
+    def _name_nodes(path: Path) -> None:
         """ORT excludes nodes from quantization by name: give unnamed nodes unique names (semantics unchanged)."""
         import onnx
 
@@ -145,7 +162,7 @@ class OrtQuantization:
             onnx.save(model, str(path))
 
     # -- mixed precision (--budget) ---------------------------------------------------
-    def layer_names(self, ctx, layers):
+    def layer_names(self, ctx: BuildContext, layers: Iterable[Layer]) -> dict[str, str | None]:
         """Reference layers -> node names in ORT's pre-processed model (found by their output tensors)."""
         import onnx
 
@@ -160,7 +177,7 @@ class OrtQuantization:
             for layer in layers
         }
 
-    def quantize(self, ctx, exclude=()):
+    def quantize(self, ctx: BuildContext, exclude: Iterable[Layer] = ()) -> Path:
         """A layer kept float takes its element-wise tail with it (activations, pooling, residual Add: every node
         up to the next weighted layer): otherwise the QDQ pair on the next node's input quantizes its output anyway."""
         import onnx
@@ -171,7 +188,7 @@ class OrtQuantization:
         nodes = set()
         if heads:
             graph = onnx.load(str(self._preprocessed(ctx, ctx.workdir)), load_external_data=False).graph
-            consumers = {}
+            consumers: dict[str, list[onnx.NodeProto]] = {}
             for n in graph.node:
                 for i in n.input:
                     consumers.setdefault(i, []).append(n)
@@ -187,7 +204,7 @@ class OrtQuantization:
                         for c in consumers.get(out, [])
                         if c.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul")
                     )
-        nodes = sorted(nodes)
+        nodes = sorted(nodes)  # type: ignore[assignment]
         tag = f"{len(nodes)}f{len(list(ctx.workdir.glob('model.int8-mp*.onnx')))}"
         return self._int8_static(
             ctx,
@@ -197,7 +214,7 @@ class OrtQuantization:
             out=ctx.workdir / f"model.int8-mp{tag}.onnx",
         )
 
-    def _ensure_opset(self, ctx, minimum, work):
+    def _ensure_opset(self, ctx: BuildContext, minimum: int, work: Path) -> Path:
         """Per-channel QDQ needs DequantizeLinear's axis (opset 13): upgrade older models, checked."""
         import onnx
         from onnx import version_converter
@@ -219,7 +236,7 @@ class OrtQuantization:
         ctx.check(f"opset upgrade {current} -> {minimum}", path)
         return path
 
-    def _int8_dynamic(self, src, dst):
+    def _int8_dynamic(self, src: Path, dst: Path) -> Path:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         from edgekit.errors import ConversionError
@@ -235,8 +252,8 @@ class OrtQuantization:
 class _Reader:
     """onnxruntime.quantization CalibrationDataReader over a Dataset."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset: Dataset) -> None:
         self._it = iter(dataset.samples)
 
-    def get_next(self):
+    def get_next(self) -> dict[str, Any] | None:
         return next(self._it, None)

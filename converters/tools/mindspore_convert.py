@@ -18,12 +18,13 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 # ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
 os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 
-def rewrite_hardsigmoid(model):
+def rewrite_hardsigmoid(model: Any) -> int:
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -56,7 +57,7 @@ def rewrite_hardsigmoid(model):
     return count
 
 
-def main(req_path, res_path):
+def main(req_path: str, res_path: str) -> None:
     with open(req_path) as f:
         req = json.load(f)
     import mindspore_lite as mslite

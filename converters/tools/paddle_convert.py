@@ -24,31 +24,32 @@ import re
 import shutil
 import sys
 import time
+from typing import Any, Dict, List, NoReturn, Set
 
 # ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
 os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 
 class _NoFeedback(object):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def start(self):
+    def start(self) -> None:
         pass
 
 
 class _NoRequests(object):
-    def get(self, *args, **kwargs):
+    def get(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise RuntimeError("network access is disabled in edgekit's x2paddle run")
 
     post = request = get
 
 
-def _sanitize(model):
-    names = {}
-    used = set()
+def _sanitize(model: Any) -> Dict[str, str]:
+    names: Dict[str, str] = {}
+    used: Set[str] = set()
 
-    def safe(n):
+    def safe(n: str) -> str:
         if n == "":
             return n
         if n not in names:
@@ -76,7 +77,7 @@ def _sanitize(model):
     return names
 
 
-def _lines(path):
+def _lines(path: str) -> List[str]:
     try:
         with open(path) as f:
             return [line.strip() for line in f if line.strip()]
@@ -84,7 +85,7 @@ def _lines(path):
         return []
 
 
-def main(req_path, res_path):
+def main(req_path: str, res_path: str) -> None:
     with open(req_path) as f:
         req = json.load(f)
     import onnx
@@ -116,7 +117,7 @@ def main(req_path, res_path):
 
     from paddlelite.lite import Opt
 
-    result = {
+    result: Dict[str, Any] = {
         "inputs": dict((n, "x2paddle_" + names[n]) for n in inputs),
         "outputs": outputs,
         "nb": {},
@@ -156,7 +157,7 @@ def main(req_path, res_path):
         result["kernels"][target] = _lines(tailoring.get("kernels", ""))
         result["seconds"]["opt_" + target] = round(time.time() - t0, 2)
 
-    def version(pkg):
+    def version(pkg: str) -> str:
         try:
             from importlib import metadata
 

@@ -17,9 +17,10 @@ import os
 import struct
 import sys
 import time
+from typing import Any, Dict, List
 
 
-def main():
+def main() -> None:
     proto = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -29,7 +30,8 @@ def main():
 
     stdin = sys.stdin.buffer
 
-    def read_exact(n):
+    def read_exact(n: int) -> bytes:
+        chunks: List[bytes]
         chunks, left = [], n
         while left:
             b = stdin.read(left)
@@ -39,11 +41,11 @@ def main():
             left -= len(b)
         return b"".join(chunks)
 
-    def reply(head, arrays=()):
+    def reply(head: Dict[str, Any], arrays: Any = ()) -> None:
         proto.write(wire.encode_tensors(dict(arrays), meta=head))
         proto.flush()
 
-    runner = None
+    runner: Any = None
     while True:
         prefix = stdin.read(8)
         if not prefix:

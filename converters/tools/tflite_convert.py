@@ -37,25 +37,26 @@ import re
 import shutil
 import sys
 import time
+from typing import Any, Dict, List, Optional, Sequence
 
 # ONNX Runtime (imported here or by the converters, onnxsim included) records telemetry unless this is set first
 os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 
-def log(msg):
-    sys.__stderr__.write(msg + "\n")  # edgekit's log, also while a tool's own stderr is redirected
-    sys.__stderr__.flush()
+def log(msg: str) -> None:
+    sys.__stderr__.write(msg + "\n")  # type: ignore[union-attr]  # edgekit's log, also while a tool's own stderr is redirected
+    sys.__stderr__.flush()  # type: ignore[union-attr]
 
 
-def channels_last(rank):
+def channels_last(rank: int) -> List[int]:
     return [0] + list(range(2, rank)) + [1] if rank >= 3 else list(range(rank))
 
 
-def channels_first(rank):
+def channels_first(rank: int) -> List[int]:
     return [0, rank - 1] + list(range(1, rank - 1)) if rank >= 3 else list(range(rank))
 
 
-def input_perms(onnx_shape, tfl_shape):
+def input_perms(onnx_shape: Sequence[int], tfl_shape: Sequence[int]) -> List[List[int]]:
     """Permutations p with onnx_shape[p] == tfl_shape: identity first, then channels-last."""
     out = []
     for p in (list(range(len(onnx_shape))), channels_last(len(onnx_shape))):
@@ -64,9 +65,9 @@ def input_perms(onnx_shape, tfl_shape):
     return out
 
 
-def output_perms(tfl_shape, onnx_rank):
+def output_perms(tfl_shape: Sequence[int], onnx_rank: int) -> List[List[int]]:
     """Permutations p with tflite_output.transpose(p) in ONNX layout (identity first, then channels-first)."""
-    out = []
+    out: List[List[int]] = []
     if len(tfl_shape) != onnx_rank:
         return out
     for p in (list(range(onnx_rank)), channels_first(onnx_rank)):
@@ -75,7 +76,7 @@ def output_perms(tfl_shape, onnx_rank):
     return out
 
 
-def quant_in(a, detail):
+def quant_in(a: Any, detail: Dict[str, Any]) -> Any:
     import numpy as np
 
     if detail["dtype"] in (np.float32, np.float16) or not detail["quantization"][0]:
@@ -85,7 +86,7 @@ def quant_in(a, detail):
     return np.clip(np.round(a / scale + zero), info.min, info.max).astype(detail["dtype"])
 
 
-def dequant_out(a, detail):
+def dequant_out(a: Any, detail: Dict[str, Any]) -> Any:
     import numpy as np
 
     if a.dtype in (np.float32,) or not detail["quantization"][0]:
@@ -94,7 +95,7 @@ def dequant_out(a, detail):
     return ((a.astype(np.float32) - zero) * scale).astype(np.float32)
 
 
-def match_io(tfl_path, ref, req, probe):
+def match_io(tfl_path: str, ref: Dict[str, Any], req: Dict[str, Any], probe: Dict[str, Any]) -> Dict[str, Any]:
     """Measure which tflite tensor and permutation serves each ONNX input/output (``ref``: the reference's
     outputs for ``probe``)."""
     import numpy as np
@@ -125,11 +126,12 @@ def match_io(tfl_path, ref, req, probe):
         if d is None:
             raise SystemExit("the converted model has no tensor for output %r" % spec["name"])
         outs.append((spec["name"], d))
-    best = None
+    best: Any = None
     for combo in itertools.islice(itertools.product(*[p for _, _, p in ins]), 64):
         for (name, d, _), p in zip(ins, combo):
             it.set_tensor(d["index"], np.reshape(quant_in(np.transpose(probe[name], p), d), d["shape"]))
         it.invoke()
+        chosen: List[Any]
         total, chosen = 0.0, []
         for name, d in outs:
             got = dequant_out(it.get_tensor(d["index"]), d)
@@ -176,7 +178,7 @@ def match_io(tfl_path, ref, req, probe):
     }
 
 
-def tflite_ops(path):
+def tflite_ops(path: str) -> List[Dict[str, Any]]:
     """[{op, version, count}] from the flatbuffer's operator codes (builtin code + version)."""
     from ai_edge_litert import schema_py_generated as schema
 
@@ -194,7 +196,7 @@ def tflite_ops(path):
         if name == "CUSTOM":
             name = "CUSTOM:" + (oc.CustomCode() or b"").decode("utf-8", "replace")
         codes.append((name, oc.Version()))
-    counts = {}
+    counts: Dict[Any, int] = {}
     for s in range(model.SubgraphsLength()):
         sg = model.Subgraphs(s)
         for j in range(sg.OperatorsLength()):
@@ -210,7 +212,7 @@ WEIGHT_SUFFIX = re.compile(
 )
 
 
-def name_nodes(model):
+def name_nodes(model: Any) -> None:
     """Unnamed ONNX nodes get their first output's name, so onnx2tf's weight names say which node they belong to."""
     taken = set(n.name for n in model.graph.node if n.name)
     for n in model.graph.node:
@@ -222,7 +224,7 @@ def name_nodes(model):
             taken.add(name)
 
 
-def weighted_ops(path):
+def weighted_ops(path: str) -> List[Dict[str, Any]]:
     """The .tflite's weighted ops: [{"op", "scope" (ai-edge-quantizer's op scope), "node", "outputs"}]."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfu
 
@@ -247,7 +249,7 @@ def weighted_ops(path):
     return out
 
 
-def float_region(path, scopes):
+def float_region(path: str, scopes: Sequence[str]) -> List[str]:
     """The scopes of the weighted ops in ``scopes`` plus every op between them and the neighbouring weighted ops
     (padding, pooling, activations, reshapes, softmax): quantized, those would quantize the float layer's input
     and output anyway (measured on a small CNN: every convolution float alone left the all-int8 cosine)."""
@@ -260,6 +262,7 @@ def float_region(path, scopes):
         for op in sg.operators
     ]
     op_scopes = [tfu.get_op_scope(op, sg.tensors) for op in sg.operators]
+    consumers: Dict[int, List[int]]
     producer, consumers = {}, {}
     for k, op in enumerate(sg.operators):
         for t in op.outputs:
@@ -295,7 +298,7 @@ def float_region(path, scopes):
     return [op_scopes[k] for k in sorted(region)]
 
 
-def _save_calibration(cal, path):
+def _save_calibration(cal: Dict[str, Dict[str, Any]], path: str) -> None:
     import numpy as np
 
     data = dict((t, dict((k, np.asarray(v).tolist()) for k, v in qsv.items())) for t, qsv in cal.items())
@@ -304,7 +307,7 @@ def _save_calibration(cal, path):
     os.replace(path + ".tmp", path)
 
 
-def _load_calibration(path):
+def _load_calibration(path: str) -> Dict[str, Dict[str, Any]]:
     import numpy as np
 
     with open(path) as f:
@@ -312,12 +315,12 @@ def _load_calibration(path):
     return dict((t, dict((k, np.asarray(v, dtype=np.float32)) for k, v in qsv.items())) for t, qsv in data.items())
 
 
-def quantize(fp32, precision, io, req, out_path):
+def quantize(fp32: str, precision: str, io: Dict[str, Any], req: Dict[str, Any], out_path: str) -> Dict[str, Any]:
     from ai_edge_quantizer import qtyping, quantizer, recipe
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
     q = quantizer.Quantizer(fp32)
-    info = {"tool": "ai-edge-quantizer"}
+    info: Dict[str, Any] = {"tool": "ai-edge-quantizer"}
     if precision == "fp16":
         q.update_quantization_recipe(
             regex=".*",
@@ -411,10 +414,10 @@ def quantize(fp32, precision, io, req, out_path):
     return info
 
 
-def versions():
+def versions() -> Dict[str, Optional[str]]:
     from importlib.metadata import version
 
-    out = {}
+    out: Dict[str, Optional[str]] = {}
     for p in ("onnx2tf", "ai-edge-quantizer", "ai-edge-litert", "onnx", "onnxsim", "onnxruntime", "numpy"):
         try:
             out[p] = version(p)
@@ -424,12 +427,15 @@ def versions():
     return out
 
 
-def main(req_path, res_path):
+def main(req_path: str, res_path: str) -> None:
     import numpy as np
     import onnx
 
     req = json.load(open(req_path))
     work = os.getcwd()
+    warnings: List[str]
+    steps: List[Dict[str, Any]]
+    quant: Optional[Dict[str, Any]]
     warnings, steps = [], []
     t0 = time.time()
     if req.get("requantize"):  # int8 again from the float32 file a build already converted (mixed precision)
@@ -490,7 +496,15 @@ def main(req_path, res_path):
     write_result(res_path, fp32, model_path, io, quant, warnings, steps)
 
 
-def write_result(res_path, fp32, model_path, io, quant, warnings, steps):
+def write_result(
+    res_path: str,
+    fp32: str,
+    model_path: str,
+    io: Dict[str, Any],
+    quant: Optional[Dict[str, Any]],
+    warnings: List[str],
+    steps: List[Dict[str, Any]],
+) -> None:
     """The JSON result edgekit reads back (written whole, then renamed into place)."""
     result = {
         "fp32": fp32,

@@ -9,13 +9,21 @@ original reference, never against the previous step) and returns a
 before the backend's conversion, so every backend gets their output.
 """
 
+from __future__ import annotations
+
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import EdgekitError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgekit.converters.base import BuildContext
 
 
 class PassConfigError(EdgekitError):
@@ -30,7 +38,7 @@ class Option:
     description: str
     choices: tuple = ()
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "type": self.type.__name__,
@@ -52,14 +60,14 @@ class Pass:
     name = ""
     options: tuple[Option, ...] = ()
 
-    def __init__(self, **settings):
+    def __init__(self, **settings: Any) -> None:
         known = {o.name: o for o in self.options}
         unknown = sorted(set(settings) - set(known))
         if unknown:
             raise PassConfigError(
                 f"{self.name}: unknown setting(s) {', '.join(unknown)}; settings are: {', '.join(known)}"
             )
-        self.settings = {}
+        self.settings: dict[str, Any] = {}
         for o in self.options:
             value = settings.get(o.name, o.default)
             if value is not None and o.type is float and isinstance(value, int) and not isinstance(value, bool):
@@ -73,18 +81,18 @@ class Pass:
             self.settings[o.name] = value
         self.validate()
 
-    def validate(self):
+    def validate(self) -> None:
         """Refuse settings that make no sense (raise PassConfigError)."""
 
-    def run(self, ctx, model_path):  # pragma: no cover - interface
+    def run(self, ctx: BuildContext, model_path: Path) -> PassResult:  # pragma: no cover - interface
         raise NotImplementedError
 
     @classmethod
-    def describe(cls):
+    def describe(cls) -> dict[str, Any]:
         return {"name": cls.name, "options": [o.to_dict() for o in cls.options]}
 
 
-def param_count(model):
+def param_count(model: onnx.ModelProto) -> int:
     """Scalars in the model's float initializers (weights, biases, BatchNorm vectors)."""
     from onnx import TensorProto
 
@@ -95,7 +103,7 @@ def param_count(model):
     )
 
 
-def file_sizes(path):
+def file_sizes(path: str | Path) -> dict[str, int]:
     """Size on disk and zlib-compressed size (what zero weights save in a compressed download)."""
     raw = Path(path).read_bytes()
     return {"bytes": len(raw), "compressed_bytes": len(zlib.compress(raw, 6))}

@@ -7,6 +7,10 @@ folded, a pass sees every weight, bias and target shape as an initializer. The r
 computes the same function (the pass that uses it is fidelity-checked anyway).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -16,7 +20,7 @@ _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformL
 _MAX_FOLDED = 1 << 22  # elements: fold shapes and biases, not huge broadcasts
 
 
-def _constant_value(node):
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     attr = node.attribute[0]
     if attr.name == "value":
         return numpy_helper.to_array(attr.t)
@@ -27,7 +31,7 @@ def _constant_value(node):
     return None  # sparse or string constants stay nodes
 
 
-def name_nodes(model):
+def name_nodes(model: onnx.ModelProto) -> None:
     """Give every node a unique name (``OpType_i``): reports and recipes refer to layers by name."""
     seen = set()
     for i, node in enumerate(model.graph.node):
@@ -38,7 +42,7 @@ def name_nodes(model):
         seen.add(name)
 
 
-def static_shapes(model, dynamic_as_one=False):
+def static_shapes(model: onnx.ModelProto, dynamic_as_one: bool = False) -> dict[str, list]:
     """``{tensor: [dims]}`` for every tensor ONNX shape inference can size (ints only).
 
     ``dynamic_as_one``: size dynamic input dimensions (a batch ``N``) as 1 first; channel
@@ -67,7 +71,7 @@ def static_shapes(model, dynamic_as_one=False):
     return shapes
 
 
-def _evaluate(node, consts, opsets):
+def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], opsets: Any) -> Any:
     from onnx.reference import ReferenceEvaluator
 
     inputs = [i for i in node.input if i]
@@ -82,7 +86,7 @@ def _evaluate(node, consts, opsets):
     return ReferenceEvaluator(m).run(None, {})
 
 
-def fold_constants(model):
+def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Return a copy of ``model`` with Constant nodes and all-constant sub-graphs turned into initializers."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -141,11 +145,11 @@ def fold_constants(model):
     return m
 
 
-def drop_unused_initializers(model):
+def drop_unused_initializers(model: onnx.ModelProto) -> None:
     g = model.graph
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
 
-    def walk(graph):
+    def walk(graph: onnx.GraphProto) -> None:
         for n in graph.node:
             used.update(n.input)
             for a in n.attribute:

@@ -36,13 +36,20 @@ fails with the best value reached (:class:`~edgekit.errors.FidelityError`), unle
 builds are allowed: then the best candidate is kept and marked.
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import progress
 from ..errors import FidelityError
 from .mixed_precision_budget import MAX_EVALUATIONS, SENSITIVITY_SAMPLES, Budget, BudgetError, prepare
 from .mixed_precision_layers import WEIGHTED_OPS, Layer, candidate_layers, sensitivity
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import Backend, BuildContext
 
 __all__ = [
     "MAX_EVALUATIONS",
@@ -62,8 +69,8 @@ __all__ = [
 @dataclass
 class _Eval:
     exclude: tuple
-    path: object
-    value: object
+    path: Path
+    value: float | None
     score: float
     holds: bool
     detail: dict
@@ -71,7 +78,7 @@ class _Eval:
     metrics: dict = field(default_factory=dict)
 
 
-def _size(path):
+def _size(path: str | Path) -> int:
     from pathlib import Path
 
     p = Path(path)
@@ -81,7 +88,7 @@ def _size(path):
     return total
 
 
-def _fmt(budget, value):
+def _fmt(budget: Budget, value: float | None) -> str:
     if value is None:
         return "n/a"
     if budget.kind == "accuracy":
@@ -91,7 +98,7 @@ def _fmt(budget, value):
     return f"{'cos' if budget.kind == 'cosine' else 'top-1'} {value:.6f}"
 
 
-def search(be, ctx, plain=None):
+def search(be: Backend, ctx: BuildContext, plain: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """INT8 ``ctx.reference_path`` with as few float layers as keep ``ctx.budget``; returns (model file, section).
 
     ``plain``: the all-INT8 model when the backend has already built it (saves one quantization).
@@ -101,7 +108,7 @@ def search(be, ctx, plain=None):
         return _search(be, ctx, plain, step)
 
 
-def _search(be, ctx, plain, step):
+def _search(be: Backend, ctx: BuildContext, plain: Path | None, step: progress.Step) -> tuple[Path, dict[str, Any]]:
     import onnx
 
     from .. import fidelity
@@ -118,7 +125,7 @@ def _search(be, ctx, plain, step):
     reference = be.reference_outputs(original, data.samples, session=ctx.session)
     evals = []
 
-    def evaluate(exclude):
+    def evaluate(exclude: Sequence[Layer]) -> _Eval:
         path = plain if (plain is not None and not exclude) else be.quantize(ctx, list(exclude))
         outputs = be.predict(path, data.samples, session=ctx.session)
         metrics = fidelity.compare(reference, outputs, data.labels, task=task, metric=metric)
@@ -153,6 +160,8 @@ def _search(be, ctx, plain, step):
         )
     first = evaluate([])
     section["all_int8"] = {"value": first.value, **first.detail, "size_bytes": first.size_bytes}
+    steps: list[dict[str, Any]]
+    trimmed: list[dict[str, Any]]
     steps, trimmed, chosen = [], [], first
     sens = {}
     if not first.holds and layers:
@@ -179,6 +188,7 @@ def _search(be, ctx, plain, step):
             ],
         }
         order = sorted(usable, key=lambda layer: -sens[layer.name])
+        floats: list[Layer]
         floats, pos, group, best = [], 0, 1, first
         while pos < len(order) and len(evals) < budget.max_evaluations:
             added = order[pos : pos + group]

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import DataError, EdgekitError
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import Backend
+
+    from ..data import Dataset
+    from ..fidelity import Thresholds
 
 SENSITIVITY_SAMPLES = 32
 MAX_EVALUATIONS = 12
@@ -55,7 +62,7 @@ class Budget:
         return self.METRICS[self.kind]
 
     @classmethod
-    def parse(cls, text, **options):
+    def parse(cls, text: str | Budget, **options: Any) -> Budget:
         """``1pt``, ``0.5pt``, ``cos=0.999``, ``top1=0.99``, ``score=0.99``, ``map50=1pt``, ``mask_iou=0.9``
         (a Budget passes through). ``METRIC=Npt`` is a minimum of ``1 - N/100``: N points below the reference's own
         agreement with itself (1.0)."""
@@ -98,17 +105,24 @@ class Budget:
             return cls("task", minimum, shown, metric=None if name == "score" else name, **options)
         raise BudgetError(f"cannot read --budget {text!r}: {usage}")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "budget": self.text,
             "metric": self.description,
             ("max_drop" if self.kind == "accuracy" else "min"): self.value,
         }
 
-    def thresholds(self, thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None, min_score=None):
+    def thresholds(
+        self,
+        thresholds: Thresholds,
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        max_accuracy_drop: float | None = None,
+        min_score: float | None = None,
+    ) -> Thresholds:
         """The build's fidelity gate with the budget's own metric set to the budget (unless given explicitly)."""
         from dataclasses import replace
 
@@ -122,7 +136,7 @@ class Budget:
             return replace(thresholds, min_top1=self.value)
         return thresholds
 
-    def measure(self, metrics):
+    def measure(self, metrics: dict[str, Any]) -> tuple[float | None, float, bool, dict[str, Any]]:
         """The budget's metric from :func:`edgekit.fidelity.compare` output: (value, score, holds, detail).
 
         ``score`` is higher-is-better (the negative drop for accuracy). The worst output counts.
@@ -189,7 +203,7 @@ class Budget:
                 f"task is {family or 'not known'}; use --budget score=... (the task's primary score) or pass --task"
             )
 
-    def check_data(self, dataset):
+    def check_data(self, dataset: Dataset | None) -> None:
         """Refuse a budget the evaluation data cannot measure (before anything is built)."""
         if self.kind == "accuracy" and (dataset is None or dataset.labels is None):
             raise DataError(
@@ -201,7 +215,35 @@ class Budget:
             raise DataError(f"--budget {self.text} must be measured on real data: pass --val (held-out) or --calib")
 
 
-def prepare(budget, backend, precision, dataset, min_cosine=None, min_top1=None, max_accuracy_drop=None):
+@overload
+def prepare(
+    budget: None,
+    backend: Backend,
+    precision: str,
+    dataset: Dataset | None,
+    min_cosine: float | None = ...,
+    min_top1: float | None = ...,
+    max_accuracy_drop: float | None = ...,
+) -> None: ...
+@overload
+def prepare(
+    budget: str | Budget,
+    backend: Backend,
+    precision: str,
+    dataset: Dataset | None,
+    min_cosine: float | None = ...,
+    min_top1: float | None = ...,
+    max_accuracy_drop: float | None = ...,
+) -> Budget: ...
+def prepare(
+    budget: str | Budget | None,
+    backend: Backend,
+    precision: str,
+    dataset: Dataset | None,
+    min_cosine: float | None = None,
+    min_top1: float | None = None,
+    max_accuracy_drop: float | None = None,
+) -> Budget | None:
     """Parse and validate ``budget`` for a build; returns the Budget (or None)."""
     if budget is None:
         return None

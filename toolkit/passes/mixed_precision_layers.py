@@ -3,9 +3,18 @@
 See :mod:`edgekit.passes.mixed_precision` for how they are used.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgekit.converters.base import Backend
 
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -20,11 +29,11 @@ class Layer:
     tensors: tuple  # the layer's output names, before and after a folded BatchNormalization / bias Add
     axis: int = 0  # the weight's output-channel axis
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, str]:
         return {"layer": self.name, "op": self.op, "weight": self.weight}
 
 
-def _constants(model):
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
     consts = {i.name: i for i in model.graph.initializer}
@@ -36,10 +45,10 @@ def _constants(model):
     return {k: numpy_helper.to_array(v) for k, v in consts.items()} if consts else {}
 
 
-def candidate_layers(model, constants=None):
+def candidate_layers(model: onnx.ModelProto, constants: dict[str, np.ndarray] | None = None) -> list[Layer]:
     """The weighted layers of an ONNX model, in graph order."""
     constants = _constants(model) if constants is None else constants
-    consumers = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in model.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
@@ -77,7 +86,7 @@ def candidate_layers(model, constants=None):
 
 
 # -- sensitivity ------------------------------------------------------------------------------
-def _fake_quant_weight(w, axis):
+def _fake_quant_weight(w: np.ndarray, axis: int) -> np.ndarray:
     w = w.astype(np.float32)
     moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     scale = np.abs(moved).max(axis=1) / 127.0
@@ -86,7 +95,7 @@ def _fake_quant_weight(w, axis):
     return np.moveaxis(q.reshape(np.moveaxis(w, axis, 0).shape), 0, axis).astype(np.float32)
 
 
-def _runner(be, workdir):
+def _runner(be: Backend, workdir: Path) -> Callable[[onnx.ModelProto, list[dict[str, np.ndarray]]], list]:
     """``run(model_proto, samples) -> outputs``: onnxruntime in memory when installed, else the backend."""
     import importlib.util
 
@@ -94,7 +103,7 @@ def _runner(be, workdir):
 
     have_ort = importlib.util.find_spec("onnxruntime") is not None
 
-    def run(model, samples):
+    def run(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> list:
         if have_ort:
             return reference_outputs(model.SerializeToString(), samples)
         import onnx
@@ -106,7 +115,7 @@ def _runner(be, workdir):
     return run
 
 
-def _nsr(reference, candidate):
+def _nsr(reference: list[dict[str, Any]], candidate: list[dict[str, Any]]) -> float:
     values = []
     for ref, cand in zip(reference, candidate):
         total = 0.0
@@ -120,7 +129,9 @@ def _nsr(reference, candidate):
     return float(np.mean(values))
 
 
-def sensitivity(be, model, layers, samples, workdir):
+def sensitivity(
+    be: Backend, model: onnx.ModelProto, layers: list[Layer], samples: list[dict[str, np.ndarray]], workdir: Path
+) -> dict[str, float]:
     """``{layer name: output noise-to-signal ratio}`` with only that layer fake-quantized (see the module doc)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -139,7 +150,7 @@ def sensitivity(be, model, layers, samples, workdir):
     for name in wanted:
         if name not in existing:
             probe.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
-    ranges = {}
+    ranges: dict[str, tuple[float, float]] = {}
     for feed, outs in zip(samples, run(probe, samples) if wanted else [{}] * len(samples)):
         for name in {layer.input for layer in layers}:
             arr = np.asarray(feed[name] if name in graph_inputs else outs[name])

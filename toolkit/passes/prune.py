@@ -16,7 +16,10 @@ Conv/Gemm/MatMul to zero (per layer, or one global threshold): the file keeps it
 but compresses (and backends with sparse or compressed weights benefit).
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import onnx
@@ -29,6 +32,11 @@ from .prune_graph import Analysis, macs
 from .prune_recipe import MODES, PRUNED_THRESHOLDS, RECIPE_KEYS, check_ratio, load_recipe, relax_thresholds
 from .prune_stats import activation_importance, activation_stats, bias_deltas, l1_importance, weight_consumers
 from .prune_unstructured import prune_weights
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+
+    from .prune_spaces import Group
 
 __all__ = [
     "MODES",
@@ -44,7 +52,9 @@ __all__ = [
 ]
 
 
-def settings(prune=None, mode=None, recipe=None):
+def settings(
+    prune: float | None = None, mode: str | None = None, recipe: str | Path | None = None
+) -> dict[str, Any] | None:
     """The pass settings a build asked for (None: no pruning). ``prune`` is the ratio, e.g. 0.3."""
     if prune is None and recipe is None and mode is None:
         return None
@@ -114,7 +124,7 @@ class PrunePass(Pass):
         ),
     )
 
-    def validate(self):
+    def validate(self) -> None:
         s = self.settings
         check_ratio(s["ratio"])
         for name, r in (s["layers"] or {}).items():
@@ -123,7 +133,7 @@ class PrunePass(Pass):
             raise PassConfigError(f"channel_multiple must be >= 1, got {s['channel_multiple']}")
 
     # -- entry point ------------------------------------------------------------------
-    def run(self, ctx, model_path):
+    def run(self, ctx: BuildContext, model_path: Path) -> PassResult:
         s = self.settings
         original = onnx.load(str(model_path))
         named = onnx.ModelProto()
@@ -176,7 +186,7 @@ class PrunePass(Pass):
         section["fidelity_passed"] = bool(record.get("passed")) if isinstance(record, dict) else None
         return PassResult(out, section)
 
-    def _check_names(self, layers):
+    def _check_names(self, layers: dict[str, set[str]]) -> None:
         s = self.settings
         aliases = {a for names in layers.values() for a in names}
         for label, names in (("layers", list(s["layers"] or {})), ("skip", list(s["skip"] or []))):
@@ -189,7 +199,7 @@ class PrunePass(Pass):
                     "(node names, or their weight names)"
                 )
 
-    def _ratio_for(self, names, layers):
+    def _ratio_for(self, names: Iterable[str], layers: dict[str, set[str]]) -> float | None:
         """Ratio for a set of node names; None when the recipe skips one of them."""
         s = self.settings
         skip, per_layer = set(s["skip"] or ()), dict(s["layers"] or {})
@@ -201,13 +211,15 @@ class PrunePass(Pass):
             ratios += [per_layer[a] for a in aliases if a in per_layer]
         return min(ratios) if ratios else s["ratio"]
 
-    def _explicit(self, names, layers):
+    def _explicit(self, names: Iterable[str], layers: dict[str, set[str]]) -> bool:
         """Whether the recipe sets a ratio for one of these layers (then allocation leaves the group alone)."""
         per_layer = set(self.settings["layers"] or ())
         return any(layers.get(n, {n}) & per_layer for n in names)
 
     # -- structured -------------------------------------------------------------------
-    def _structured(self, ctx, model, shapes, layers):
+    def _structured(
+        self, ctx: BuildContext, model: onnx.ModelProto, shapes: dict[str, list], layers: dict[str, set[str]]
+    ) -> tuple[onnx.ModelProto, dict[str, Any]]:
         s = self.settings
         an = Analysis(model, shapes)
         keep, rows, skipped = {}, [], []
@@ -223,10 +235,10 @@ class PrunePass(Pass):
             else {}
         )
 
-        def scores_for(g):
+        def scores_for(g: Group) -> Any:
             return data_scores[g.root] if g.root in data_scores else l1_importance(an, g.producers)
 
-        def deltas_for(k):
+        def deltas_for(k: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
             return bias_deltas(an, k, stats) if k and stats is not None and s["bias_correction"] else {}
 
         plan = []  # (group, names, ratio, set by the recipe)
@@ -308,11 +320,13 @@ class PrunePass(Pass):
         }
 
     # -- unstructured -----------------------------------------------------------------
-    def _unstructured(self, model, layers):
+    def _unstructured(
+        self, model: onnx.ModelProto, layers: dict[str, set[str]]
+    ) -> tuple[onnx.ModelProto, dict[str, Any]]:
         return prune_weights(model, layers, self.settings, self._ratio_for)
 
 
-def _prunable_layers(model):
+def _prunable_layers(model: onnx.ModelProto) -> dict[str, set[str]]:
     """``{node name: {node name, weight name}}`` for every Conv/Gemm/MatMul with a constant weight."""
     inits = {i.name for i in model.graph.initializer}
     return {
@@ -322,7 +336,7 @@ def _prunable_layers(model):
     }
 
 
-def _node_params(model):
+def _node_params(model: onnx.ModelProto) -> dict[str, int]:
     sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
     return {
         n.name: sum(sizes.get(i, 0) for i in n.input[1:])
@@ -331,7 +345,7 @@ def _node_params(model):
     }
 
 
-def apply(prune_settings, ctx):
+def apply(prune_settings: dict[str, Any], ctx: BuildContext) -> tuple[Path, dict[str, Any]]:
     """Run the pass a build asked for on ``ctx.reference_path``: ``(pruned model path, report section)``."""
     from ..errors import ConversionError, EdgekitError
 
@@ -347,7 +361,7 @@ def apply(prune_settings, ctx):
     return result.model_path, result.section
 
 
-def summary(section):
+def summary(section: dict[str, Any]) -> str:
     """One line for the text report."""
     size = f"{section['size_before']['bytes'] / 1024:.1f} -> {section['size_after']['bytes'] / 1024:.1f} KB"
     if section["mode"] == "structured":

@@ -12,16 +12,24 @@ group's damage is the loss of the task's primary score (the metric the build's g
 :func:`sensitivities`.
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+
+    from .prune_graph import Analysis
 
 SENSITIVITY_SAMPLES = 32
 TIE_BREAK = 1e-3  # weight of the outputs' squared error next to a task metric's loss
 MAX_RATIO = 0.9
 
 
-def keep_count(size, ratio, multiple):
+def keep_count(size: int, ratio: float, multiple: int) -> int:
     """Channels a group of ``size`` keeps at ``ratio`` (at least 1; nearest ``multiple`` on wide groups)."""
     n_keep = max(1, size - int(math.floor(ratio * size + 1e-9)))
     if multiple > 1 and size >= 4 * multiple and n_keep < size:  # NCHWc kernels run whole channel blocks
@@ -29,18 +37,18 @@ def keep_count(size, ratio, multiple):
     return n_keep
 
 
-def choose(scores, n_keep):
+def choose(scores: Any, n_keep: int) -> np.ndarray:
     """Indices of the ``n_keep`` highest scores, in channel order."""
     return np.sort(np.argsort(-np.asarray(scores), kind="stable")[:n_keep])
 
 
-def _session(model_bytes):
+def _session(model_bytes: bytes) -> Any:
     from edgekit.execution import reference_session
 
     return reference_session(model_bytes, threads=1)
 
 
-def _float_outputs(sess, samples):
+def _float_outputs(sess: Any, samples: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
     outs = [sess.run(None, f) for f in samples]
     return [
         np.concatenate([np.asarray(o, np.float64).ravel() for o in out if np.asarray(o).dtype.kind == "f"])
@@ -48,12 +56,12 @@ def _float_outputs(sess, samples):
     ]
 
 
-def _named_outputs(sess, samples):
+def _named_outputs(sess: Any, samples: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     names = [o.name for o in sess.get_outputs()]
     return [dict(zip(names, sess.run(None, f))) for f in samples]
 
 
-def _task_loss(task, reference, candidate):
+def _task_loss(task: Any, reference: Any, candidate: list[dict[str, np.ndarray]]) -> float:
     """1 - the task's primary score (answers after decoding) of a candidate against the reference's outputs."""
     from edgekit.tasks import evaluate
 
@@ -61,7 +69,12 @@ def _task_loss(task, reference, candidate):
     return 1.0 - float(evaluate(spec, reference, candidate)["score"])
 
 
-def sensitivities(ctx, an, trials, deltas_for):
+def sensitivities(
+    ctx: BuildContext,
+    an: Analysis,
+    trials: dict[int, np.ndarray],
+    deltas_for: Callable[[dict[int, np.ndarray]], dict[str, np.ndarray]],
+) -> dict[int, float]:
     """``{group root: damage}`` with each group of ``trials = {root: kept indices}`` pruned alone.
 
     The damage is the outputs' squared error over their variance; when the build has a task (``ctx.task``), it is
@@ -88,7 +101,7 @@ def sensitivities(ctx, an, trials, deltas_for):
     return damage
 
 
-def allocate(groups, ratio, max_ratio=MAX_RATIO):
+def allocate(groups: list[tuple[int, int, float]], ratio: float, max_ratio: float = MAX_RATIO) -> dict[int, float]:
     """Ratios ``{root: q}`` for ``groups = [(root, size, damage at ratio)]`` removing ``ratio`` of their channels.
 
     Minimises sum(damage * (q / ratio)^2) with sum(q * size) = ratio * sum(size), 0 <= q <= cap.
@@ -101,7 +114,7 @@ def allocate(groups, ratio, max_ratio=MAX_RATIO):
     # mu gives n = mu * n0^2 / (2 d), i.e. q = mu * ratio^2 * size / (2 d)
     weight = {root: ratio * ratio * size / (2 * max(d, 1e-12)) for root, size, d in groups}
 
-    def removed(mu):
+    def removed(mu: float) -> float:
         return sum(min(cap, mu * weight[root]) * size for root, size, _ in groups)
 
     lo, hi = 0.0, 1.0

@@ -17,6 +17,7 @@ The bookkeeping (spaces, groups) is in :mod:`.prune_spaces`, the rewriting in :m
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx import numpy_helper
 
 from . import prune_rewrite
@@ -62,21 +63,21 @@ ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu"}
 class Analysis:
     """The channel groups of a (folded, named) model and the edits that remove channels from them."""
 
-    def __init__(self, model, shapes):
+    def __init__(self, model: onnx.ModelProto, shapes: dict[str, list]) -> None:
         self.model = model
         self.shapes = shapes
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.spaces = Spaces()
-        self.layouts = {}
-        self.edits = []  # (kind, node, input_index, layout_or_space, axis)
+        self.layouts: dict[str, list] = {}
+        self.edits: list[tuple] = []  # (kind, node, input_index, layout_or_space, axis)
         self.nodes = {n.name: n for n in model.graph.node}
         self._walk()
 
     # -- walking ------------------------------------------------------------------
-    def _const(self, name):
+    def _const(self, name: str) -> np.ndarray | None:
         return self.inits.get(name)
 
-    def _walk(self):
+    def _walk(self) -> None:
         sp = self.spaces
         for node in self.model.graph.node:
             ins = [self.layouts.get(i) if i else None for i in node.input]
@@ -102,7 +103,7 @@ class Analysis:
             if out.name in self.layouts:
                 sp.invalidate(self.layouts[out.name], f"feeds the graph output '{out.name}'")
 
-    def _weight_consumer(self, node, lay, axis, ok, why):
+    def _weight_consumer(self, node: onnx.NodeProto, lay: list | None, axis: int, ok: bool, why: str) -> None:
         if lay is None:
             return
         if ok:
@@ -110,7 +111,7 @@ class Analysis:
         else:
             self.spaces.invalidate(lay, why)
 
-    def _op_Conv(self, node, ins):
+    def _op_Conv(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         w = self._const(node.input[1])
         group = node_attr(node, "group", 1)
         x = ins[0]
@@ -131,7 +132,7 @@ class Analysis:
         else:
             self.spaces.invalidate(x, f"grouped Conv '{node.name}' (group={group}) cannot drop single channels")
 
-    def _op_Gemm(self, node, ins):
+    def _op_Gemm(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         b = self._const(node.input[1])
         x = ins[0]
         if b is None or b.ndim != 2 or node_attr(node, "transA", 0):
@@ -144,7 +145,7 @@ class Analysis:
         self.edits.append(("out", node.name, None, s, 0 if trans_b else 1))
         self.layouts[node.output[0]] = [(s, f)]
 
-    def _op_MatMul(self, node, ins):
+    def _op_MatMul(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         b = self._const(node.input[1])
         x = ins[0]
         shape = self.shapes.get(node.input[0])
@@ -156,7 +157,7 @@ class Analysis:
         self.edits.append(("out", node.name, None, s, 1))
         self.layouts[node.output[0]] = [(s, b.shape[1])]
 
-    def _op_BatchNormalization(self, node, ins):
+    def _op_BatchNormalization(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         x = ins[0]
         if x is None:
             return
@@ -172,7 +173,7 @@ class Analysis:
             self.edits.append(("slice", node.name, idx, x, 0))
         self.layouts[node.output[0]] = x
 
-    def _flatten_like(self, node, x, ok, why):
+    def _flatten_like(self, node: onnx.NodeProto, x: list | None, ok: bool, why: str) -> None:
         if x is None:
             return
         if ok:
@@ -180,11 +181,11 @@ class Analysis:
         else:
             self.spaces.invalidate(x, why)
 
-    def _spatial_is_one(self, name):
+    def _spatial_is_one(self, name: str) -> bool:
         shape = self.shapes.get(name)
         return shape is not None and len(shape) >= 2 and all(d == 1 for d in shape[2:])
 
-    def _op_Flatten(self, node, ins):
+    def _op_Flatten(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         self._flatten_like(
             node,
             ins[0],
@@ -192,7 +193,7 @@ class Analysis:
             f"Flatten '{node.name}' mixes spatial positions into the channel axis",
         )
 
-    def _op_Reshape(self, node, ins):
+    def _op_Reshape(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         target = self._const(node.input[1])
         x = ins[0]
         ok = (
@@ -214,25 +215,25 @@ class Analysis:
             + (f" {[int(d) for d in target]}" if target is not None else ""),
         )
 
-    def _axes(self, node):
+    def _axes(self, node: onnx.NodeProto) -> list[int] | None:
         axes = node_attr(node, "axes")
         if axes is None and len(node.input) > 1 and node.input[1]:
             axes = self._const(node.input[1])
         return None if axes is None else [int(a) for a in np.asarray(axes).ravel()]
 
-    def _op_Squeeze(self, node, ins):
+    def _op_Squeeze(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         shape = self.shapes.get(node.input[0]) or []
         axes = self._axes(node)
         ok = axes is not None and all((a % len(shape)) >= 2 for a in axes) if shape else False
         self._flatten_like(node, ins[0], ok, f"Squeeze '{node.name}' moves the channel axis")
 
-    def _op_Unsqueeze(self, node, ins):
+    def _op_Unsqueeze(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         shape = self.shapes.get(node.output[0]) or []
         axes = self._axes(node)
         ok = axes is not None and all((a % len(shape)) >= 2 for a in axes) if shape else False
         self._flatten_like(node, ins[0], ok, f"Unsqueeze '{node.name}' moves the channel axis")
 
-    def _op_Pad(self, node, ins):
+    def _op_Pad(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         pads = node_attr(node, "pads")
         if pads is None and len(node.input) > 1:
             pads = self._const(node.input[1])
@@ -240,7 +241,7 @@ class Analysis:
         ok = pads is not None and rank >= 2 and len(node.input) < 4 and int(pads[1]) == 0 and int(pads[1 + rank]) == 0
         self._flatten_like(node, ins[0], ok, f"Pad '{node.name}' pads the channel axis")
 
-    def _op_Concat(self, node, ins):
+    def _op_Concat(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         tracked = [lay for lay in ins if lay is not None]
         if not tracked:
             return
@@ -261,7 +262,7 @@ class Analysis:
             out += lay
         self.layouts[node.output[0]] = out
 
-    def _elementwise(self, node, ins):
+    def _elementwise(self, node: onnx.NodeProto, ins: list[Any]) -> None:
         out_shape = self.shapes.get(node.output[0])
         tracked = [lay for lay in ins if lay is not None]
         if not tracked:
@@ -298,11 +299,11 @@ class Analysis:
                     return
                 continue
             axis = 1 - (rank - len(shape)) if shape is not None else None
-            if shape is None or (0 <= axis < len(shape) and shape[axis] not in (1, channels)):
+            if shape is None or (0 <= axis < len(shape) and shape[axis] not in (1, channels)):  # type: ignore[operator, index]
                 for t in tracked:
                     self.spaces.invalidate(t, f"{node.op_type} '{node.name}' has an operand of unknown shape")
                 return
-            if 0 <= axis < len(shape) and shape[axis] == channels and channels > 1:
+            if 0 <= axis < len(shape) and shape[axis] == channels and channels > 1:  # type: ignore[operator, index]
                 if name not in self.inits:
                     for t in tracked:
                         self.spaces.invalidate(
@@ -310,10 +311,10 @@ class Analysis:
                         )
                     return
                 self.edits.append(("slice", node.name, idx, tracked[0], axis))
-        self.layouts[node.output[0]] = result
+        self.layouts[node.output[0]] = result  # type: ignore[assignment]
 
     # -- groups ---------------------------------------------------------------------
-    def groups(self):
+    def groups(self) -> list[Group]:
         sp = self.spaces
         out = {}
         for i in range(len(sp.parent)):
@@ -322,7 +323,7 @@ class Analysis:
                 out[r] = Group(root=r, size=sp.size[r], producers=list(sp.producers[r]), reasons=list(sp.reasons[r]))
         return list(out.values())
 
-    def keep_indices(self, layout, keep):
+    def keep_indices(self, layout: list, keep: dict[int, np.ndarray]) -> np.ndarray:
         """Indices along a layout that survive, given ``keep = {group root: sorted kept indices}``."""
         parts, offset = [], 0
         for space, size in layout:

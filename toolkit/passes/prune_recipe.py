@@ -1,9 +1,15 @@
 """What a pruned build was asked for: ratios, TOML recipes, and the fidelity gate of a pruned build."""
 
+from __future__ import annotations
+
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .base import PassConfigError
+
+if TYPE_CHECKING:
+    from ..fidelity import Thresholds
 
 MODES = ("structured", "unstructured")
 RECIPE_KEYS = {
@@ -23,18 +29,18 @@ PRUNED_THRESHOLDS = {"min_cosine": 0.98, "min_top1": 0.9, "max_accuracy_drop": 2
 PRUNED_SUFFIX = "+pruned"  # the task gates of a pruned build are its int8 gates (edgekit.tasks.gates_for)
 
 
-def check_ratio(value, what="pruning ratio"):
+def check_ratio(value: object, what: str = "pruning ratio") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1) or math.isnan(value):
         raise PassConfigError(f"{what} must be a number in [0, 1) (the fraction to remove, e.g. 0.3), got {value!r}")
     return float(value)
 
 
-def load_recipe(path):
+def load_recipe(path: str | Path) -> dict[str, Any]:
     """Read a TOML recipe: ``mode``, ``ratio``, ``scope``, ``skip = [...]``, ``[layers]`` name = ratio."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[no-redef]
     p = Path(path)
     if not p.is_file():
         raise PassConfigError(f"pruning recipe not found: {p}")
@@ -55,7 +61,12 @@ def load_recipe(path):
     return data
 
 
-def relax_thresholds(thresholds, min_cosine=None, min_top1=None, max_accuracy_drop=None):
+def relax_thresholds(
+    thresholds: Thresholds,
+    min_cosine: float | None = None,
+    min_top1: float | None = None,
+    max_accuracy_drop: float | None = None,
+) -> Thresholds:
     """The fidelity gate of a pruned build: int8-like defaults where the user set nothing.
 
     With a task, the task's int8 gates apply (precision ``fp32+pruned``: see :func:`edgekit.tasks.gates_for`);

@@ -23,7 +23,7 @@ def apply(analysis: Any, keep: dict, bias_add: dict | None = None) -> onnx.Model
         for i in n.input:
             uses[i] = uses.get(i, 0) + 1
 
-    def own(node, idx):
+    def own(node: onnx.NodeProto, idx: int) -> str:
         """The node's private copy of its idx-th input (cloned when shared)."""
         name = node.input[idx]
         if uses.get(name, 0) > 1:

@@ -11,13 +11,22 @@ the removed channels' mean activation times the consumer's weights is added to t
 consumer's bias, so its output keeps its mean.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import onnx
+
+if TYPE_CHECKING:
+    from edgekit.converters.base import BuildContext
+
+    from .prune_graph import Analysis
 
 STAT_SAMPLES = 64
 
 
-def weight_consumers(an):
+def weight_consumers(an: Analysis) -> list[tuple[onnx.NodeProto, list]]:
     """``[(node, layout)]``: every Conv/Gemm/MatMul whose input channels come from a tracked layout."""
     out = []
     for kind, name, idx, lay, _ in an.edits:
@@ -27,7 +36,9 @@ def weight_consumers(an):
     return out
 
 
-def activation_stats(ctx, model, tensors):
+def activation_stats(
+    ctx: BuildContext, model: onnx.ModelProto, tensors: list[str]
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None, str]:
     """``({tensor: (mean, mean |x|, std) per channel}, detail)`` over calibration samples, or ``(None, why not)``."""
     calib = getattr(ctx, "calib", None)
     if calib is None or getattr(calib, "synthetic", False) or not len(calib):
@@ -38,7 +49,7 @@ def activation_stats(ctx, model, tensors):
         return None, "onnxruntime is not installed"
     from onnx import TensorProto, helper
 
-    m = onnx.ModelProto()
+    m: Any = onnx.ModelProto()  # later rebound to each tensor's moments
     m.CopyFrom(model)
     graph_outputs = {o.name for o in m.graph.output}
     graph_inputs = {i.name for i in m.graph.input}
@@ -49,7 +60,7 @@ def activation_stats(ctx, model, tensors):
     sess = reference_session(m.SerializeToString())
     names = [t for t in tensors if t in set(extra) | graph_outputs]
     samples = calib.samples[:STAT_SAMPLES]
-    sums = {}
+    sums: dict[str, np.ndarray] = {}
     for feed in samples:
         for t, v in zip(names, sess.run(names, feed)):
             v = v.astype(np.float64)
@@ -63,14 +74,14 @@ def activation_stats(ctx, model, tensors):
             sums[name] = len(samples) * np.stack(
                 [arr.mean(axis=axes), np.abs(arr).mean(axis=axes), (arr * arr).mean(axis=axes)]
             )
-    out = {}
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for t, m in sums.items():
         mean, mabs, sq = m / len(samples)
         out[t] = (mean, mabs, np.sqrt(np.maximum(sq - mean * mean, 0)))
     return out, f"{len(samples)} calibration samples"
 
 
-def _column_l1(node, w):
+def _column_l1(node: onnx.NodeProto, w: np.ndarray) -> np.ndarray:
     """L1 norm of a consumer's weights per input channel."""
     w = np.abs(w.astype(np.float64))
     if node.op_type == "Conv":
@@ -80,13 +91,15 @@ def _column_l1(node, w):
     return w.sum(1)
 
 
-def activation_importance(an, stats, centred=False):
+def activation_importance(
+    an: Analysis, stats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], centred: bool = False
+) -> dict[int, np.ndarray]:
     """``{group root: per-channel score}`` from what each channel feeds its consumers.
 
     ``centred`` (with bias correction, which restores a removed channel's mean): the channel's
     standard deviation instead of its mean magnitude, i.e. the part bias correction cannot restore.
     """
-    scores = {}
+    scores: dict[int, np.ndarray] = {}
     for node, lay in weight_consumers(an):
         if node.input[0] not in stats:
             continue
@@ -100,9 +113,9 @@ def activation_importance(an, stats, centred=False):
     return scores
 
 
-def l1_importance(an, producers):
+def l1_importance(an: Analysis, producers: list[str]) -> np.ndarray | None:
     """Per-channel score of a group from its producers' filters (no data needed)."""
-    consumers = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in an.model.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
@@ -128,7 +141,9 @@ def l1_importance(an, producers):
     return total
 
 
-def bias_deltas(an, keep, stats):
+def bias_deltas(
+    an: Analysis, keep: dict[int, np.ndarray], stats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> dict[str, np.ndarray]:
     """``{Conv/Gemm node: bias delta}``: removed input channels' mean activation times the consumer's weights."""
     deltas = {}
     for node, lay in weight_consumers(an):

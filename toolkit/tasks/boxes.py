@@ -89,7 +89,9 @@ def yolov5_decode(out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return cxcywh_to_xyxy(out[:, :4]), out[:, 4:5] * out[:, 5:]
 
 
-def yolox_decode(out: np.ndarray, size: int | tuple[int, int], strides: tuple[int, ...] = (8, 16, 32)):
+def yolox_decode(
+    out: np.ndarray, size: int | tuple[int, int], strides: tuple[int, ...] = (8, 16, 32)
+) -> tuple[np.ndarray, np.ndarray]:
     """YOLOX raw head [A, 5 + C] (cx, cy, log w, log h in grid units, objectness, class scores) -> xyxy boxes in
     input pixels and per-class scores (objectness x class)."""
     hw = (size, size) if isinstance(size, int) else size

@@ -23,12 +23,12 @@ from .spec import MARKER, ToolEnvSpec, _env_python, env_dir, root
 from .status import state
 
 
-def _stderr(msg):
+def _stderr(msg: str) -> None:
     sys.stderr.write(msg + "\n")
     sys.stderr.flush()
 
 
-def _pid_alive(pid):
+def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -38,7 +38,7 @@ def _pid_alive(pid):
     return True
 
 
-def _remove_stale_tmp(env_name):
+def _remove_stale_tmp(env_name: str) -> list[str]:
     """Delete ``.ENV.tmp-PID`` directories whose creator is gone (killed creations). Call with ENV's lock held."""
     removed = []
     for x in glob.glob(str(root() / f".{env_name}.tmp-*")):
@@ -54,7 +54,13 @@ _PROGRESS = re.compile(
 )
 
 
-def _run_logged(cmd, log, tail, env=None, step=None):
+def _run_logged(
+    cmd: list[str],
+    log: Callable[[str], Any] | progress.Progress | None,
+    tail: deque[str],
+    env: dict[str, str] | None = None,
+    step: progress.Step | None = None,
+) -> int:
     """Run ``cmd``, keeping the last lines in ``tail``. Every line is a detail of ``log`` (shown with --verbose);
     pip's progress-like lines advance ``step`` (one per package collected) on a display that shows steps, and are
     logged as lines otherwise."""
@@ -62,7 +68,7 @@ def _run_logged(cmd, log, tail, env=None, step=None):
     with subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL
     ) as proc:
-        for line in proc.stdout:
+        for line in proc.stdout:  # type: ignore[union-attr]
             line = line.rstrip()
             tail.append(line)
             prog.detail(line)
@@ -97,7 +103,7 @@ def ensure(spec: ToolEnvSpec, log: Callable[[str], Any] | None = print) -> str:
         if _adopt(spec, d, log):
             return str(py)
         base = find_python(spec)
-        version = _probe(base)[1]
+        version = _probe(base)[1]  # type: ignore[index]  # find_python returned one that runs
         tmp = root() / f".{d.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         log(f"creating the {spec.name} tool environment (Python {version}): {spec.purpose}")

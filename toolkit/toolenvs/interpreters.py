@@ -10,7 +10,7 @@ from ..errors import BackendUnavailable
 from .spec import ToolEnvSpec
 
 
-def _probe(exe):
+def _probe(exe: str | Path) -> tuple[str, str] | None:
     """``(real executable, "3.12.1")`` if ``exe`` runs, else None (pyenv shims of unselected versions fail)."""
     try:
         r = subprocess.run(
@@ -29,7 +29,7 @@ def _probe(exe):
     return lines[0], lines[1]
 
 
-def _candidates(version):
+def _candidates(version: str) -> list[str]:
     """Places an interpreter of ``version`` ("3.12") may be, in order of preference."""
     found = []
     w = shutil.which(f"python{version}")
@@ -42,7 +42,7 @@ def _candidates(version):
     return found
 
 
-def _version_ok(full, version):
+def _version_ok(full: str, version: str) -> bool:
     return full == version or full.startswith(version + ".")
 
 

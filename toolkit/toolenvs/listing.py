@@ -5,6 +5,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable
 from .create import ensure, remove
+from .spec import ToolEnvSpec
 from .status import state
 
 
@@ -32,7 +33,7 @@ def backends() -> list[dict[str, Any]]:
     return rows
 
 
-def _backend_spec(name):
+def _backend_spec(name: str) -> ToolEnvSpec:
     from edgekit import converters
 
     be = converters.get(name)

@@ -2,16 +2,17 @@
 
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 
 class _Lock:
     """An exclusive lock on ``path`` (flock; msvcrt where there is no fcntl). ``waiting(msg)`` is told when another
     process holds it."""
 
-    def __init__(self, path: Path, waiting=None, what=""):
+    def __init__(self, path: Path, waiting: Callable[[str], Any] | None = None, what: str = "") -> None:
         self.path, self.waiting, self.what = path, waiting, what
 
-    def __enter__(self):
+    def __enter__(self) -> "_Lock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open(self.path, "a+")
         try:
@@ -19,11 +20,11 @@ class _Lock:
         except ImportError:  # Windows
             import msvcrt
 
-            self._unlock = lambda: msvcrt.locking(self.f.fileno(), msvcrt.LK_UNLCK, 1)
+            self._unlock = lambda: msvcrt.locking(self.f.fileno(), msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # Windows only
             self.f.seek(0)
             while True:
                 try:
-                    msvcrt.locking(self.f.fileno(), msvcrt.LK_NBLCK, 1)
+                    msvcrt.locking(self.f.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
                     return self
                 except OSError:
                     self._tell_waiting()
@@ -36,13 +37,13 @@ class _Lock:
             fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
         return self
 
-    def _tell_waiting(self):
+    def _tell_waiting(self) -> None:
         if self.waiting:
             self.waiting(
                 f"waiting for another edgekit creating {self.what or 'this tool environment'} (lock {self.path})"
             )
             self.waiting = None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._unlock()
         self.f.close()

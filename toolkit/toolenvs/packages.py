@@ -9,14 +9,15 @@ import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, Callable
 
 from .interpreters import _version_ok
 from .lock import _Lock
-from .spec import MARKER, _env_python, root
+from .spec import MARKER, ToolEnvSpec, _env_python, root
 from .status import _read_marker
 
 
-def _norm(name):
+def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -40,17 +41,17 @@ def installed(python: str | Path) -> dict[str, str] | None:
     return out
 
 
-def _pins(spec):
+def _pins(spec: ToolEnvSpec) -> dict[str, str]:
     return {_norm(r.split("==", 1)[0]): r.split("==", 1)[1].strip() for r in spec.requirements if "==" in r}
 
 
-def _unpinned(spec, have):
+def _unpinned(spec: ToolEnvSpec, have: dict[str, str]) -> list[str]:
     """Installed packages the spec does not pin (setuptools/wheel that venv itself put there do not count)."""
     pins = _pins(spec)
     return sorted(f"{n}=={v}" for n, v in have.items() if n not in pins and n not in ("setuptools", "wheel"))
 
 
-def _relocate(d: Path):
+def _relocate(d: Path) -> None:
     """Point the console scripts of an environment made or renamed into ``d`` (their ``#!`` names the directory they
     were installed in: the temporary one, or the adopted environment's) at ``d``'s interpreter."""
     where = re.compile(rb"#!" + re.escape(str(root()).encode()) + rb"/[^/\s]+(/bin/python[0-9.]*)")
@@ -66,7 +67,7 @@ def _relocate(d: Path):
             pass
 
 
-def _adopt(spec, d: Path, log):
+def _adopt(spec: ToolEnvSpec, d: Path, log: Callable[[str], Any]) -> bool:
     """Rename an existing environment of ``spec.name`` whose installed packages are exactly ``spec``'s pins (and whose
     interpreter is one the spec accepts, and which passes its check) into ``d``. Returns True if one was adopted."""
     pins = _pins(spec)

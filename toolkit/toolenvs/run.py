@@ -57,8 +57,8 @@ def run_tool(
         )
         assert proc.stderr is not None  # stderr=PIPE
 
-        def pump():
-            for line in proc.stderr:
+        def pump() -> None:
+            for line in proc.stderr:  # type: ignore[union-attr]
                 line = line.rstrip()
                 tail.append(line)
                 if sink:
@@ -80,7 +80,7 @@ def run_tool(
         t.join(30)
         proc.stderr.close()
 
-    def _last():
+    def _last() -> str:
         lines = list(tail)
         if not lines:
             try:
@@ -101,11 +101,11 @@ def run_tool(
         ) from None
 
 
-def _killpg(proc, reader):
+def _killpg(proc: subprocess.Popen, reader: threading.Thread) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
     reader.join(5)
-    proc.stderr.close()
+    proc.stderr.close()  # type: ignore[union-attr]

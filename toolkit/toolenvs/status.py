@@ -3,21 +3,21 @@
 import glob
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import BackendUnavailable
 from .interpreters import _probe, find_python
 from .spec import MARKER, ToolEnvSpec, _env_python, env_dir, root
 
 
-def _read_marker(d: Path):
+def _read_marker(d: Path) -> Any:
     try:
         return json.loads((d / MARKER).read_text())
     except (OSError, ValueError):
         return None
 
 
-def _summary(requirements, unpinned=()):
+def _summary(requirements: Sequence[str], unpinned: Sequence[str] = ()) -> str:
     if not requirements:
         return "no packages"
     pinned = [r for r in requirements if "==" in r]
