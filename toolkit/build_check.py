@@ -11,11 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List
 
-from edgekit_agent.runners.base import RunnerError
-
 from . import fidelity, progress, tasks
 from .build_prepare import Prepared
-from .errors import ConversionError
+from .errors import ConversionError, EdgekitError
 from .input_support import cannot_run
 
 GENERIC_GATE = ("classification", "generic")  # inferred task families judged by the generic gate
@@ -50,7 +48,9 @@ class StepChecker:
         with progress.of(p.log).step(f"{verb} {step} on {len(p.fid_ds)} samples"):
             try:
                 return p.runs.predict(model_path, p.fid_ds.samples, session=self.session)
-            except RunnerError as e:  # the runtime failed on the built model: say so with the model's inputs
+            except EdgekitError:
+                raise
+            except Exception as e:  # RunnerError, or the runtime's own (onnxruntime's Fail when a model won't load)
                 raise ConversionError(cannot_run(p.opts.backend, step, p.src.inputs, e)) from None
 
     def judge(self, step: str, outputs: List[dict], degraded_ok: bool) -> Dict[str, Any]:

@@ -24,7 +24,7 @@ def describe_inputs(specs: list[Any]) -> list[str]:
 
 def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException) -> str:
     """The message for a built model its runtime fails to run on the fidelity samples."""
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     special = describe_inputs(specs)
     if special and backend in RUNS_NON_FLOAT:
         kinds = (
@@ -40,6 +40,6 @@ def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException) 
         kinds = ""
     return (
         f"{backend} built '{step}' but its runtime cannot run it on the fidelity samples: {first}.{kinds} "
-        f"Choose another backend (ort and openvino run int64, bool and 0-d inputs), or export the model with "
-        "float32/int32 inputs. Nothing was written."
+        f"Choose another backend or precision (e.g. --precision fp32; ort and openvino run int64, bool and 0-d "
+        "inputs), or export the model with float32/int32 inputs. Nothing was written."
     )
