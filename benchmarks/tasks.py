@@ -56,14 +56,7 @@ def _yolo_inputs(data, cache, n, seed):
     rng = np.random.default_rng(seed)
     xs = []
     for k in range(n):
-        im = photos[k % len(photos)]
-        w, h = im.size
-        s = rng.uniform(0.6, 1.0)
-        cw, ch = int(w * s), int(h * s)
-        x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-        im = im.crop((x0, y0, x0 + cw, y0 + ch))
-        if k % 2:
-            im = im.transpose(Image.FLIP_LEFT_RIGHT)
+        im = data.random_crop(photos[k % len(photos)], rng, flip=bool(k % 2))
         boxed, _ = data.letterbox(im, 320)
         xs.append((np.asarray(boxed, np.float32) / 255.0).transpose(2, 0, 1))
     return {"images": np.stack(xs)}

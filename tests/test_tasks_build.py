@@ -43,13 +43,7 @@ def detector(tmp_path_factory):
     for k in range(40):
         im = photos[k % len(photos)]
         if k >= len(photos):  # random crops and flips of the same photos
-            w, h = im.size
-            s = rng.uniform(0.6, 1.0)
-            cw, ch = int(w * s), int(h * s)
-            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            im = im.crop((x0, y0, x0 + cw, y0 + ch))
-            if k % 2:
-                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+            im = data.random_crop(im, rng, flip=bool(k % 2))
         boxed, _ = data.letterbox(im, 320)
         xs.append((np.asarray(boxed, np.float32) / 255.0).transpose(2, 0, 1))
     d = tmp_path_factory.mktemp("yolo-data")

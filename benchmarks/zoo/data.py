@@ -94,6 +94,16 @@ def to_tensor(
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
+def random_crop(img: Image.Image, rng: np.random.Generator, flip: bool) -> Image.Image:
+    """A crop of 60-100 % of each side at a random place (mirrored when ``flip``): more detector inputs from a photo."""
+    w, h = img.size
+    s = rng.uniform(0.6, 1.0)
+    cw, ch = int(w * s), int(h * s)
+    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    img = img.crop((x0, y0, x0 + cw, y0 + ch))
+    return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else img
+
+
 def letterbox(img: Image.Image, size: int, fill: int = 114) -> tuple[Image.Image, float]:
     """Scale to fit a size x size square keeping the aspect, pad right/bottom (YOLOX style); returns the ratio."""
     ratio = min(size / img.width, size / img.height)
