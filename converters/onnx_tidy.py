@@ -13,25 +13,15 @@ from pathlib import Path
 POOLS = ("MaxPool", "AveragePool", "LpPool")
 
 
-def _walk(graph: object) -> list:
-    nodes = list(graph.node)  # type: ignore[attr-defined]
-    for node in list(nodes):
-        for attr in node.attribute:
-            if attr.type == attr.GRAPH:
-                nodes += _walk(attr.g)
-            elif attr.type == attr.GRAPHS:
-                for g in attr.graphs:
-                    nodes += _walk(g)
-    return nodes
-
-
 def drop_default_dilations(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
     """``onnx_path``, or a copy in ``work`` without all-ones pooling dilations; and the nodes changed."""
     import onnx
 
+    from edgekit.model import all_nodes
+
     model = onnx.load(str(onnx_path))
     changed = []
-    for node in _walk(model.graph):
+    for node in all_nodes(model.graph):
         if node.op_type not in POOLS:
             continue
         for attr in list(node.attribute):

@@ -7,7 +7,7 @@ user's model with its dynamic dimensions fixed (from ``--input-shape``, else bat
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -303,21 +303,21 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
         raise ModelError(f"cannot read {path}'s external data {files}: {e}") from None
 
 
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of the subgraphs its nodes hold (``If`` branches, ``Loop`` bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from all_nodes(g)
+
+
 def operator_set(proto: onnx.ModelProto) -> list[dict[str, Any]]:
     """Operators a model uses: ``[{"domain", "op", "count"}]``, sorted, subgraphs included."""
     counts: dict[tuple[str, str], int] = {}
-
-    def walk(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            key = (node.domain or "ai.onnx", node.op_type)
-            counts[key] = counts.get(key, 0) + 1
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    walk(attr.g)
-                for g in attr.graphs:
-                    walk(g)
-
-    walk(proto.graph)
+    for node in all_nodes(proto.graph):
+        key = (node.domain or "ai.onnx", node.op_type)
+        counts[key] = counts.get(key, 0) + 1
     return [{"domain": d, "op": o, "count": c} for (d, o), c in sorted(counts.items())]
 
 
