@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from edgekit_agent.runners.ort import constant_folding_failed
+
 Feed = dict  # {input name: ndarray}
 
 
@@ -56,15 +58,6 @@ def reference_session(model: str | Path | bytes, threads: int | None = None) -> 
         return ort.InferenceSession(
             source, sess_options=so, providers=["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"]
         )
-
-
-def constant_folding_failed(error: Exception) -> bool:
-    """ONNX Runtime's constant folding can fail on a model with fixed shapes whose ``If`` branches give a tensor
-    different ranks (Silero VAD: a branch taken or not by the input's length): the folded branch no longer
-    type-checks. The model runs correctly with that one optimizer disabled."""
-    from edgekit_agent.runners.ort import constant_folding_failed as failed
-
-    return failed(error)
 
 
 def session_outputs(sess: Any, samples: Sequence[Feed]) -> list[dict]:

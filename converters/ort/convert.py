@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgekit_agent.runners.ort import constant_folding_failed
+
 from .common import _quiet
 
 if TYPE_CHECKING:
@@ -106,12 +108,6 @@ class OrtFormats:
                 "suitability": info.suitability().name,
             }
         return out
-
-
-def constant_folding_failed(error: Exception) -> bool:
-    from edgekit.execution import constant_folding_failed as failed
-
-    return failed(error)
 
 
 def _optimize_without_folding(model_path: Path, output_path: Path) -> None:
