@@ -51,4 +51,6 @@ def test_zoo_matrix_cells(tmp_path):
     assert cells["romanizer_decoder:host:ort:fp32"]["metric"] == "top1_agreement"  # next-token agreement
     assert cells["ppocr_v4_rec:raspberrypi5:ort:int8"]["metric"] == "char_accuracy"
     table = (tmp_path / "zoo.md").read_text()
-    assert "5 cells over 5 models: 5 ok" in table and table.count("\n| ") == 7  # header, rule, 5 rows
+    assert "5 cells over 5 models: 5 ok" in table
+    assert table.count("\n| ") == 14  # two tables (one row per model, one per cell): header, rule, 5 rows each
+    assert "| model | ort int8 | ov fp32 | mnn fp32 | ort fp32 | rpi5 ort int8 |" in table
