@@ -14,7 +14,8 @@ own process (``--timeout`` seconds), so a converter that crashes or hangs costs 
 
 Fidelity: the task metric of the last step (box F1, character accuracy, frame agreement, ...) or, for a task with
 no decoder, the worst output cosine. Size: the model file(s) in the bundle. Agent p50: the bundle deployed to a local
-agent started for the run and benchmarked there (``--runs`` timed runs after 5 warm-up runs, one thread; fewer for a model that takes seconds a run): median
+agent started for the run and benchmarked there (``--runs`` timed runs, default 20, after 5 warm-up runs, one
+thread; fewer for a model that takes seconds a run): median
 and p10..p90. Builds for ``raspberrypi5`` (aarch64) are checked here but timed only on the device.
 
 Writes ``benchmarks/results/zoo.json`` and ``zoo.md`` (the table in the README).
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", nargs="*")
     ap.add_argument("--precisions", nargs="*")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per cell")
-    ap.add_argument("--runs", type=int, default=30, help="timed runs on the agent")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs on the agent")
     ap.add_argument("--results", default="zoo", help="name of the results files (default zoo)")
     ap.add_argument("--out", default=str(RESULTS), help="folder of the results files (default benchmarks/results)")
     ap.add_argument(
@@ -304,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"no recipe for {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
     fetch.fetch_all(fetch.zoo_dir(), names)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the agent and remove the work dir
     work = Path(tempfile.mkdtemp(prefix="edgekit-bench-zoo-"))
     os.environ["EDGEKIT_CACHE_DIR"] = str(work / "cache")
     device = C.open_local_device(work / "device")
@@ -316,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             pairs = cells_for(profile, args.backends, args.precisions, done)
             plan.append((profile, pairs))
             done |= set(pairs)
-        todo = picked or [(n, prof, b, p) for n in names for prof, pairs in plan for b, p in pairs]
+        # column by column (profile, backend, precision) over every model: a run stopped early leaves whole columns
+        todo = picked or [(n, prof, b, p) for prof, pairs in plan for b, p in pairs for n in names]
         for name, profile, backend, precision in todo:
             log(f"{name} {profile} {backend} {precision}")
             cell = _child(name, profile, backend, precision, work, args.timeout)
