@@ -3,10 +3,14 @@
 The encoder turns 16 kHz speech into hidden states; the decoder writes the transcript one token a step, its
 present.* fed back as past_key_values.* (decode.greedy_kv). The answers are transcripts of espeak-ng sentences,
 and whether decoding without the cache (the whole prefix each step) gives the same tokens.
+
+    python benchmarks/zoo/asr.py DIR    # writes the decoder's stream sequences for `edgekit build --stream`
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +19,13 @@ import data as D
 import decode as K
 import numpy as np
 import onnxruntime as ort
-from fetch import Entry, fetch_all
+from fetch import Entry, fetch_all, load_catalogue, zoo_dir
 
 SENTENCES = ("The quick brown fox jumps over the lazy dog.", "Edge devices run small models close to the camera.")
+STREAM_SENTENCES = (
+    "Bundles are pushed over SSH, ADB or a serial line.",
+    "Turn on the kitchen lights and open the window.",
+)
 Run = Callable[..., list[np.ndarray]]
 
 
@@ -34,6 +42,18 @@ def stepper(run: Any, hidden: np.ndarray) -> Callable[[dict[str, np.ndarray]], d
 
     def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(names, run(encoder_hidden_states=hidden, **feeds), strict=True))
+
+    return step
+
+
+def session_step(
+    session: ort.InferenceSession, hidden: np.ndarray
+) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Like `stepper`, on a plain ONNX Runtime session."""
+    names = [o.name for o in session.get_outputs()]
+
+    def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(names, session.run(None, {"encoder_hidden_states": hidden, **feeds}), strict=True))
 
     return step
 
@@ -63,3 +83,43 @@ def moonshine_decoder(run: Run, e: Entry, cache: Path) -> str:
             same = K.greedy_full(step, past, d["decoder_start"], d["eos"], max_len) == ids
             res.append(f"without the cache: {'same tokens' if same else 'DIFFERENT tokens'}")
     return "greedy with past_key_values: " + "; ".join(res)
+
+
+def write_sequences(cache: Path, out: Path, steps: int = 9, samples: int = 71015) -> list[Path]:
+    """One .npz per sentence for `edgekit build --stream past_key_values.N.decoder.*=present.N.decoder.* --val DIR`.
+
+    Each holds the decoder's steps after the first (docs/STREAMS.md): input_ids [steps, 1, 1] (the greedy tokens),
+    and, the same at every step, encoder_hidden_states of the speech padded or cut to `samples` (183 frames for
+    71015), use_cache_branch [True] and the first step's cross-attention present.N.encoder.*; the initial state
+    past_key_values.N.decoder.* is the first step's present.N.decoder.* (length 1), so its length runs 1..steps.
+    """
+    entry = next(m for m in load_catalogue()[0] if m.name == "moonshine_tiny_decoder")
+    path = fetch_all(cache, [entry.name])[entry.name]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out.mkdir(parents=True, exist_ok=True)
+    start, empty, written = entry.decoder["decoder_start"], D.empty_past(entry.raw["inputs"]), []
+    for k, text in enumerate(SENTENCES + STREAM_SENTENCES):
+        hidden = encode(cache, entry, np.pad(D.speech(text), (0, samples))[:samples])
+        step = session_step(session, hidden)
+        ids, _ = K.greedy_kv(step, empty, start, -1, steps + 1)
+        _, first = K.greedy_kv(step, empty, start, -1, 1)
+        seq = {"input_ids": np.array(ids[1 : steps + 1], np.int64).reshape(steps, 1, 1), **first}
+        seq |= {"encoder_hidden_states": hidden, "use_cache_branch": np.array([True])}
+        written.append(out / f"{k:03d}.npz")
+        np.savez(written[-1], **seq)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="write the KV-cache decoder's stream sequences for edgekit build")
+    parser.add_argument("out", type=Path, help="folder for the .npz sequences")
+    parser.add_argument("--cache", help="zoo cache folder (see fetch.py)")
+    parser.add_argument("--steps", type=int, default=9)
+    args = parser.parse_args(argv)
+    for path in write_sequences(zoo_dir(args.cache), args.out, args.steps):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
