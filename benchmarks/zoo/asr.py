@@ -13,7 +13,6 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import data as D
 import decode as K
@@ -27,6 +26,7 @@ STREAM_SENTENCES = (
     "Turn on the kitchen lights and open the window.",
 )
 Run = Callable[..., list[np.ndarray]]
+Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def encode(cache: Path, entry: Entry, audio: np.ndarray) -> np.ndarray:
@@ -36,24 +36,13 @@ def encode(cache: Path, entry: Entry, audio: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(None, {"input_values": audio[None].astype(np.float32)})[0])
 
 
-def stepper(run: Any, hidden: np.ndarray) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """One decoder call on `feeds` plus the encoder's hidden states, its outputs by name."""
-    names = [o.name for o in run.session.get_outputs()]
-
-    def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(names, run(encoder_hidden_states=hidden, **feeds), strict=True))
-
-    return step
-
-
-def session_step(
-    session: ort.InferenceSession, hidden: np.ndarray
+def stepper(
+    call: Run, names: list[str], hidden: np.ndarray
 ) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """Like `stepper`, on a plain ONNX Runtime session."""
-    names = [o.name for o in session.get_outputs()]
+    """One decoder call (`call(**feeds)` -> outputs in `names` order) with the encoder's hidden states added."""
 
     def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(names, session.run(None, {"encoder_hidden_states": hidden, **feeds}), strict=True))
+        return dict(zip(names, call(encoder_hidden_states=hidden, **feeds), strict=True))
 
     return step
 
@@ -71,10 +60,11 @@ def moonshine_decoder(run: Run, e: Entry, cache: Path) -> str:
     d = e.decoder
     pieces = K.bpe_pieces(cache / "models" / f"{e.name}.extras" / "tokenizer.json")
     past = D.empty_past(e.raw["inputs"])
+    names = [o["name"] for o in e.raw["outputs"]]
     res = []
     for n, text in enumerate(SENTENCES):
         audio = D.speech(text)
-        step = stepper(run, encode(cache, e, audio))
+        step = stepper(run, names, encode(cache, e, audio))
         max_len = int(len(audio) / d["sample_rate"] * d["tokens_per_second"])
         ids, cache_out = K.greedy_kv(step, past, d["decoder_start"], d["eos"], max_len)
         length = cache_out["past_key_values.0.decoder.key"].shape[2]
@@ -96,11 +86,12 @@ def write_sequences(cache: Path, out: Path, steps: int = 9, samples: int = 71015
     entry = next(m for m in load_catalogue()[0] if m.name == "moonshine_tiny_decoder")
     path = fetch_all(cache, [entry.name])[entry.name]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
     out.mkdir(parents=True, exist_ok=True)
     start, empty, written = entry.decoder["decoder_start"], D.empty_past(entry.raw["inputs"]), []
     for k, text in enumerate(SENTENCES + STREAM_SENTENCES):
         hidden = encode(cache, entry, np.pad(D.speech(text), (0, samples))[:samples])
-        step = session_step(session, hidden)
+        step = stepper(lambda **feeds: session.run(None, feeds), names, hidden)
         ids, _ = K.greedy_kv(step, empty, start, -1, steps + 1)
         _, first = K.greedy_kv(step, empty, start, -1, 1)
         seq = {"input_ids": np.array(ids[1 : steps + 1], np.int64).reshape(steps, 1, 1), **first}
