@@ -6,7 +6,9 @@ Sources (nothing is downloaded at run time beyond what `fetch.py` already cached
 - rendered text lines and pages: Pillow with the DejaVu fonts (Debian package `fonts-dejavu-core`);
 - speech: `espeak-ng` (Debian package `espeak-ng`) writes 22.05 kHz WAV, resampled to 16 kHz with `sox` when it is
   installed, else with scipy's polyphase resampler;
-- bytes of real files (for Magika) and token ids from the model's own vocabulary file (romanizer).
+- bytes of real files (for Magika) and token ids from the model's own vocabulary file (romanizer);
+- a transformer decoder's KV cache: empty past_key_values.* for its first step (`empty_past`); later steps get
+  the present.* of the step before (`decode.greedy_kv`).
 
 Images are returned as PIL images; `to_tensor` turns one into the float32 NCHW or NHWC array a model wants.
 """
@@ -19,6 +21,7 @@ import subprocess
 import tempfile
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -235,3 +238,14 @@ def romanizer_source(tokens: list[str], arabic: str, country: str | None, role: 
     prefix = [f"<{country.upper()}>" if country else "<UNK_COUNTRY>", f"<ROLE_{role.upper()}>"]
     ids = [index.get(t, 3) for t in prefix] + [index.get(ch, 3) for ch in arabic] + [2]
     return np.asarray([ids], np.int64)
+
+
+# ------------------------------------------------------------------------------------------------ KV-cache decoders
+def empty_past(inputs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Zero-length past_key_values.* for a decoder's first step, from the catalogue's `inputs` (batch 1, others 0)."""
+    feeds = {}
+    for spec in inputs:
+        if str(spec["name"]).startswith("past_key_values."):
+            dims = [d if isinstance(d, int) else 0 for d in spec["shape"]]
+            feeds[str(spec["name"])] = np.zeros([1, *dims[1:]], np.float32)
+    return feeds

