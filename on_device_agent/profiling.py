@@ -269,7 +269,8 @@ PROFILERS = {
     "mnn": profile_mnn,
     "tflite": _unavailable(
         "LiteRT",
-        "its Python Interpreter has no op profiler (only invoke(); _get_ops_details lists operators without time)",
+        "its Python Interpreter returns no per-operator times (invoke() only; experimental_force_delegate_node_"
+        "profiling has no Python reader, and _get_ops_details lists operators without time)",
     ),
     "paddlelite": _unavailable("Paddle Lite", "its Python LightPredictor has only run(), no per-operator timing"),
     "mindspore-lite": _unavailable(

@@ -25,7 +25,7 @@ from .transports import Transport
 
 SCHEMA = "edgekit.profile/1"
 #: the per-node sum the tests accept against the end-to-end median (docs/PROFILING.md says why it differs)
-RATIO_TOLERANCE = (0.5, 1.5)
+RATIO_TOLERANCE = (0.33, 3.0)
 
 
 def profile(
