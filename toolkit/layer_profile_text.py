@@ -16,7 +16,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def _shapes(shapes: Any) -> str:
     if not shapes:
         return "-"
-    return " ".join("x".join(str(d) for d in s) if isinstance(s, list) else str(s) for s in shapes[:3]) + (
+    return " ".join(("x".join(str(d) for d in s) or "()") if isinstance(s, list) else str(s) for s in shapes[:3]) + (
         " ..." if len(shapes) > 3 else ""
     )
 
