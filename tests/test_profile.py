@@ -216,13 +216,15 @@ def test_profile_on_a_local_agent(ppocr_device, backend):
         assert "names no accelerator" in r["placement_note"]
 
 
-def test_the_agent_bounds_a_profile(ppocr_device):
+def test_the_agent_bounds_a_profile_and_profiles_only_the_deployed_bundle(ppocr_device):
     from edgekit.deployer import deploy
 
     dev, bundles, _ = ppocr_device
     deploy(bundles["ort"], dev, bench=False)
     with pytest.raises(edgekit.AgentError, match="1 to 200 runs"):
         dev.profile(json.loads((bundles["ort"] / "manifest.json").read_text())["name"], runs=201)
+    with pytest.raises(edgekit.AgentError, match="not this bundle.*edgekit deploy"):  # another build of the model
+        edgekit.profile(bundles["mnn"], dev, runs=1)
 
 
 def test_cli_text_and_json(ppocr_device):
