@@ -64,6 +64,21 @@ def test_openvino_counters_keep_executed_nodes_with_their_median():
     assert conv["input_shapes"] == [[1, 3, 8, 8], [8, 3, 3, 3]] and relu["input_shapes"] is None
 
 
+@pytest.mark.parametrize(
+    "backend, says", [("tflite", "LiteRT 2.3.0"), ("paddlelite", "Paddle Lite 2.3.0"), ("mindspore-lite", "MindSpore")]
+)
+def test_runtimes_without_a_python_profiler_say_which_and_why(backend, says):
+    from edgekit_agent.profiling import PROFILERS, NotAvailable
+
+    class Runner:  # what the message needs of a runner: its runtime's version on the device
+        @staticmethod
+        def runtime_version():
+            return "2.3.0"
+
+    with pytest.raises(NotAvailable, match=f"^not available from {says}.*: its Python "):
+        PROFILERS[backend](Runner(), {})
+
+
 def test_kernel_names_without_a_precision_say_none():
     assert _exec_precision("ref_any_BF16") == "BF16"
     assert _exec_precision("undef") is None and _exec_precision("jit_avx2") is None
