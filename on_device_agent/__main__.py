@@ -1,4 +1,4 @@
-"""Command line of the agent: serve, start, stop, status, bench, version."""
+"""Command line of the agent: serve, start, stop, status, bench, profile, version."""
 
 import argparse
 import json
@@ -91,6 +91,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument(
         "--no-placement", action="store_true", help="skip the profiled run that counts nodes per accelerator"
     )
+    pr = sub.add_parser("profile", help="one-shot per-layer profile of a bundle directory (JSON), no server")
+    pr.add_argument("--bundle", required=True)
+    pr.add_argument("--runs", type=int, default=20)
+    pr.add_argument("--warmup", type=int, default=3)
+    pr.add_argument("--threads", type=int)
+    pr.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
     sub.add_parser("version")
     args = p.parse_args(argv)
 
@@ -109,11 +115,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
         )
         return 0
-    if args.cmd == "bench":
+    if args.cmd in ("bench", "profile"):
         from .bench import main_bench
+        from .profiling import main_profile
         from .runners import RunnerError, RuntimeMissing
 
         try:
+            if args.cmd == "profile":
+                return main_profile(args.bundle, args.runs, args.warmup, args.threads, args.providers)
             return main_bench(
                 args.bundle, args.runs, args.warmup, args.threads, args.providers, args.json, not args.no_placement
             )

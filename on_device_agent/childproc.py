@@ -1,4 +1,4 @@
-"""Child processes of the agent: the one-shot benchmark and the check that a staged version runs.
+"""Child processes of the agent: the one-shot benchmark and profile, and the check that a staged version runs.
 
 Every child is bounded: in time (killed, with its whole process group, at its deadline), in
 memory (``RLIMIT_AS``), and in life (it leads its own process group, which the agent kills when
@@ -118,16 +118,36 @@ def one_shot_bench(
 ) -> Dict[str, Any]:
     """Run ``bench`` in a fresh process on this device (clean peak RSS, real cold start)."""
     cmd = self_command() + ["bench", "--bundle", bundle_dir, "--json", "--runs", str(runs), "--warmup", str(warmup)]
+    if not placement:
+        cmd.append("--no-placement")
+    return _one_shot(cmd, threads, providers, timeout, "benchmark")
+
+
+def one_shot_profile(
+    bundle_dir: str,
+    runs: int,
+    warmup: int,
+    threads: Optional[int] = None,
+    providers: Optional[List[str]] = None,
+    timeout: float = 600.0,
+) -> Dict[str, Any]:
+    """Run ``profile`` (per-layer times with the runtime's profiler) in a fresh process on this device."""
+    cmd = self_command() + ["profile", "--bundle", bundle_dir, "--runs", str(runs), "--warmup", str(warmup)]
+    return _one_shot(cmd, threads, providers, timeout, "profile")
+
+
+def _one_shot(
+    cmd: List[str], threads: Optional[int], providers: Optional[List[str]], timeout: float, what: str
+) -> Dict[str, Any]:
+    """Run an agent command that prints one JSON report as its last line, bounded; its report or AgentError."""
     if threads:
         cmd += ["--threads", str(threads)]
     for p in providers or []:
         cmd += ["--provider", str(p)]
-    if not placement:
-        cmd.append("--no-placement")
     try:
         code, out, err = run_bounded(cmd, timeout)
     except subprocess.TimeoutExpired:
-        raise AgentError(504, "the benchmark did not finish within %.0f s and was stopped" % timeout) from None
+        raise AgentError(504, "the %s did not finish within %.0f s and was stopped" % (what, timeout)) from None
     if code != 0:
         lines = err.decode("utf-8", "replace").strip().splitlines()
         if code < 0 and not lines:
@@ -138,7 +158,7 @@ def one_shot_bench(
     try:
         return json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise AgentError(500, "the benchmark printed no report") from None
+        raise AgentError(500, "the %s printed no report" % what) from None
 
 
 def verify_loads(staging: str, manifest: Dict[str, Any]) -> None:

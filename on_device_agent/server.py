@@ -138,6 +138,19 @@ def bench(h: Handler, name: str) -> Dict[str, Any]:
     )
 
 
+@route("POST", "/v1/models/([^/]+)/profile")
+def profile(h: Handler, name: str) -> Dict[str, Any]:
+    body = h.json_body()
+    return h.service.profile(
+        name,
+        runs=body.get("runs", 20),
+        warmup=body.get("warmup", 3),
+        threads=body.get("threads"),
+        providers=body.get("providers"),
+        timeout=body.get("timeout_s", 600.0),
+    )
+
+
 @route("PUT", "/v1/models/([^/]+)/split")
 def split(h: Handler, name: str) -> Dict[str, Any]:
     body = h.json_body()

@@ -17,7 +17,7 @@ from . import childproc as children
 from .batcher import Batcher, batch_capable
 from .bench import device_info
 from .breaker import Breakers
-from .childproc import one_shot_bench, verify_loads
+from .childproc import one_shot_bench, one_shot_profile, verify_loads
 from .errors import AgentError
 from .knobs import MAX_WARMUP_S, check_knobs
 from .metrics import Metrics
@@ -331,6 +331,31 @@ class AgentService(Serving):
                 report = one_shot_bench(plain_dir, runs, warmup, threads, providers, timeout)
         except AgentError as e:
             raise AgentError(e.status, "benchmark of %s failed: %s" % (name, e)) from None
+        report["version"] = version
+        return report
+
+    def profile(
+        self,
+        name: str,
+        runs: Any = 20,
+        warmup: Any = 3,
+        threads: Any = None,
+        providers: Any = None,
+        timeout: Any = 600.0,
+    ) -> Dict[str, Any]:
+        """Per-layer times of the current version with the runtime's own profiler, in a fresh process."""
+        from .profiling import MAX_RUNS
+
+        threads, providers, warmup, runs, timeout = check_knobs(threads, providers, warmup, runs, timeout)
+        runs, warmup, timeout = 20 if runs is None else runs, 3 if warmup is None else warmup, timeout or 600.0
+        if runs > MAX_RUNS or warmup > MAX_RUNS:
+            raise AgentError(400, "a profile takes 1 to %d runs and at most %d warm-up runs" % (MAX_RUNS, MAX_RUNS))
+        version, bundle_dir, manifest = self.store.current(check_name("model name", name))
+        try:
+            with self.store.opened(bundle_dir, manifest) as plain_dir:
+                report = one_shot_profile(plain_dir, runs, warmup, threads, providers, timeout)
+        except AgentError as e:
+            raise AgentError(e.status, "profile of %s failed: %s" % (name, e)) from None
         report["version"] = version
         return report
 

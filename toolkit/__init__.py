@@ -44,6 +44,7 @@ _LAZY = {
     "BuildOptions": "build_options",
     "deploy": "deployer",
     "bench": "deployer",
+    "profile": "layer_profile",
     "connect": "transports",
     "open_device": "device",
     "parse_url": "transports",
@@ -80,5 +81,6 @@ __all__ = [
     "doctor",
     "open_device",
     "parse_url",
+    "profile",
     "profiles",
 ]

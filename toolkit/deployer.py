@@ -164,6 +164,19 @@ def bench(
         return _bench(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, log)
 
 
+def require_deployed(device: Device, bundle_dir: str | Path, manifest: dict[str, Any], log: Any = None) -> None:
+    """Start the device's agent if it is not running; AgentError unless it serves this very bundle."""
+    device.ensure_agent(log=log)
+    models = {m["name"]: m for m in device.call("listing models", device.client.models)}
+    deployed = models.get(manifest["name"])
+    if deployed is None or deployed["version"] != manifest["id"]:
+        have = deployed["version"] if deployed else "nothing"
+        raise AgentError(
+            f"{device.transport.description} serves {have} for {manifest['name']}, not this bundle "
+            f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first"
+        )
+
+
 def _bench(
     device: Device,
     bundle_dir: str | Path,
@@ -175,15 +188,7 @@ def _bench(
     providers: list[str] | None,
     log: Any,
 ) -> Report:
-    device.ensure_agent(log=log)
-    models = {m["name"]: m for m in device.call("listing models", device.client.models)}
-    deployed = models.get(manifest["name"])
-    if deployed is None or deployed["version"] != manifest["id"]:
-        have = deployed["version"] if deployed else "nothing"
-        raise AgentError(
-            f"{device.transport.description} serves {have} for {manifest['name']}, not this bundle "
-            f"({manifest['id']}); run `edgekit deploy {bundle_dir}` first"
-        )
+    require_deployed(device, bundle_dir, manifest, log)
     on_device = execution.on_device(device, manifest["name"], _threads(prof, device, threads))
     report = on_device.bench(runs=runs, warmup=warmup, providers=providers)
     report = _annotate(report, manifest, device, prof)
@@ -191,4 +196,4 @@ def _bench(
     return report
 
 
-__all__ = ["Device", "bench", "bundle_profile", "deploy", "open_device"]
+__all__ = ["Device", "bench", "bundle_profile", "deploy", "open_device", "require_deployed"]

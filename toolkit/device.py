@@ -265,6 +265,25 @@ class Device:
             timeout=900,
         )
 
+    def profile(
+        self,
+        name: str,
+        runs: int = 20,
+        warmup: int = 3,
+        threads: int | None = None,
+        providers: list[str] | None = None,
+    ) -> dict[str, Any]:
+        return self.call(
+            f"profiling {name}",
+            self.client.profile,
+            name,
+            runs=runs,
+            warmup=warmup,
+            threads=threads,
+            providers=providers,
+            timeout=900,
+        )
+
 
 def open_device(
     kind: str = "local",

@@ -78,16 +78,21 @@ def graph_readers(backend: str) -> dict[str, Callable[[Path, Path], tuple[str, A
     return {".onnx": _read_ort, **getattr(hooks(backend), "READERS", {})}
 
 
+def graph_nodes(kind: str, graph: Any, backend: str) -> list[dict[str, Any]]:
+    """The node list (``name``, ``op``, ``flops``...) of a graph a reader of ``backend`` loaded."""
+    h = hooks(backend)
+    if kind == "onnx":  # an ONNX graph is what ONNX Runtime runs; other runtimes' tables name their own ops
+        return onnx_graph(graph)
+    if h is not None and hasattr(h, "nodes"):
+        return h.nodes(kind, graph)
+    return graph
+
+
 def analyse(kind: str, graph: Any, backend: str, profile: Profile, graph_note: str = "") -> dict[str, Any]:
     """Placement for a loaded graph: ``kind`` onnx (ModelProto), a backend's own kind (e.g. openvino: ov.Model),
     or a node list (mnn, ops)."""
     h = hooks(backend)
-    if kind == "onnx":  # an ONNX graph is what ONNX Runtime runs; other runtimes' tables name their own ops
-        nodes = onnx_graph(graph)
-    elif h is not None and hasattr(h, "nodes"):
-        nodes = h.nodes(kind, graph)
-    else:
-        nodes = graph
+    nodes = graph_nodes(kind, graph, backend)
     targets = h.targets(kind, graph, nodes, profile) if h is not None and hasattr(h, "targets") else []
     flops = [n["flops"] for n in nodes]
     out = {

@@ -260,6 +260,19 @@ class AgentClient(object):
         body = {"runs": runs, "warmup": warmup, "threads": threads, "providers": providers}
         return self.request("POST", "/v1/models/%s/bench" % name, body, timeout=timeout)
 
+    def profile(
+        self,
+        name: str,
+        runs: int = 20,
+        warmup: int = 3,
+        threads: Optional[int] = None,
+        providers: Optional[List[str]] = None,
+        timeout: float = 600,
+    ) -> Dict[str, Any]:
+        """Per-layer times of the current version with the runtime's own profiler (schema edgekit.profile/1)."""
+        body = {"runs": runs, "warmup": warmup, "threads": threads, "providers": providers}
+        return self.request("POST", "/v1/models/%s/profile" % name, body, timeout=timeout)
+
     def rollback(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Serve the previous kept version again, or ``version`` if the device keeps it."""
         return self.request("POST", "/v1/models/%s/rollback" % name, {"version": version} if version else {})
