@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MODEL:PROFILE:BACKEND:PRECISION",
         help="exactly these cells (instead of the matrix)",
     )
+    ap.add_argument("--append", action="store_true", help="add to (or replace cells of) the existing results file")
+    ap.add_argument("--resume", action="store_true", help="keep the results file's cells and run only the others")
     ap.add_argument("--cell", nargs=4, metavar=("MODEL", "PROFILE", "BACKEND", "PRECISION"), help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -306,21 +308,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"no recipe for {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
     fetch.fetch_all(fetch.zoo_dir(), names)
+    plan: list[tuple[str, list[tuple[str, str]]]] = []
+    done: set[tuple[str, str]] = set()
+    for profile in args.profiles:
+        pairs = cells_for(profile, args.backends, args.precisions, done)
+        plan.append((profile, pairs))
+        done |= set(pairs)
+    # column by column (profile, backend, precision) over every model: a run stopped early leaves whole columns
+    todo = picked or [(n, prof, b, p) for prof, pairs in plan for b, p in pairs for n in names]
+    saved = Results(Path(args.out) / f"{args.results}.json", keep=args.append or args.resume)
+    if args.resume:
+        todo = [c for c in todo if c not in saved.keys()]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the agent and remove the work dir
     work = Path(tempfile.mkdtemp(prefix="edgekit-bench-zoo-"))
     os.environ["EDGEKIT_CACHE_DIR"] = str(work / "cache")
     device = C.open_local_device(work / "device")
-    results: list[dict[str, Any]] = []
-    t_all = time.perf_counter()
     try:
-        plan: list[tuple[str, list[tuple[str, str]]]] = []
-        done: set[tuple[str, str]] = set()
-        for profile in args.profiles:
-            pairs = cells_for(profile, args.backends, args.precisions, done)
-            plan.append((profile, pairs))
-            done |= set(pairs)
-        # column by column (profile, backend, precision) over every model: a run stopped early leaves whole columns
-        todo = picked or [(n, prof, b, p) for prof, pairs in plan for b, p in pairs for n in names]
         for name, profile, backend, precision in todo:
             log(f"{name} {profile} {backend} {precision}")
             cell = _child(name, profile, backend, precision, work, args.timeout)
@@ -330,27 +333,46 @@ def main(argv: list[str] | None = None) -> int:
                 cell.update(_time_on_agent(device, cell["bundle"], min(args.runs, recipes.RECIPES[name].max_runs)))
             cell.pop("bundle", None)
             log(f"  -> {_fmt_cell(cell)} [{cell.get('build_s')} s]")
-            results.append(cell)
+            saved.add(cell, C.environment())  # after every cell: a stopped run keeps what it measured (--resume)
     finally:
         import shutil
 
         C.stop_agent(device, work / "device")
         shutil.rmtree(work, ignore_errors=True)
-    env = C.environment()
-    out = {
-        "benchmark": "zoo",
-        "environment": env,
-        "seconds": round(time.perf_counter() - t_all),
-        "summary": summary(results),
-        "cells": results,
-    }
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{args.results}.json").write_text(json.dumps(out, indent=1) + "\n")
-    md = f"{summary(results)} ({out['seconds']} s)\n\n{pivot(results)}\n\n{table(results)}\n"
-    (folder / f"{args.results}.md").write_text(md)
-    print(md)
+    print(saved.markdown())
     return 0
+
+
+class Results:
+    """The results file (JSON, and its Markdown beside it), rewritten after each cell."""
+
+    KEY = ("model", "profile", "backend", "precision")
+
+    def __init__(self, path: Path, keep: bool) -> None:
+        self.path = path
+        old = json.loads(path.read_text()) if keep and path.is_file() else {}
+        self.cells: list[dict[str, Any]] = old.get("cells", [])
+        self.seconds = float(old.get("seconds", 0))
+        self.t0 = time.perf_counter()
+
+    def keys(self) -> set[tuple[str, ...]]:
+        return {tuple(c[k] for k in self.KEY) for c in self.cells}
+
+    def add(self, cell: dict[str, Any], environment: dict[str, Any]) -> None:
+        key = tuple(cell[k] for k in self.KEY)
+        self.cells = [c for c in self.cells if tuple(c[k] for k in self.KEY) != key] + [cell]
+        seconds = round(self.seconds + time.perf_counter() - self.t0)
+        out = {"benchmark": "zoo", "environment": environment, "seconds": seconds, "summary": summary(self.cells)}
+        out["cells"] = self.cells
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for path, text in ((self.path, json.dumps(out, indent=1) + "\n"), (self.path.with_suffix(".md"), None)):
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(text if text is not None else self.markdown(seconds))
+            tmp.replace(path)
+
+    def markdown(self, seconds: float | None = None) -> str:
+        took = round(self.seconds + time.perf_counter() - self.t0) if seconds is None else seconds
+        return f"{summary(self.cells)} ({took} s)\n\n{pivot(self.cells)}\n\n{table(self.cells)}\n"
 
 
 if __name__ == "__main__":

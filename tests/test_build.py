@@ -132,6 +132,19 @@ def test_garbage_outputs_fail_fidelity(tmp_path, tiny_model, tiny_calib):
     assert rec["outputs"]["y"]["max_abs"] > 1e24
 
 
+def test_empty_outputs_compare_by_shape():
+    """A KV-cache decoder's cached branch returns zero-length placeholders: equal shapes agree, real outputs are judged."""
+    from edgekit.fidelity import check_step, thresholds_for
+
+    ref = [{"logits": np.ones((1, 4), np.float32), "present": np.zeros((1, 8, 0, 36), np.float32)}] * 2
+    rec = check_step("x", ref, ref, None, thresholds_for("fp32"))
+    assert rec["passed"] and rec["outputs"]["present"] == {"exact_match": 1.0, "non_finite": 0, "empty": True}
+    assert rec["outputs"]["logits"]["cosine_min"] == pytest.approx(1.0)
+    wrong = [{**r, "present": np.zeros((1, 8, 1, 36), np.float32)} for r in ref]
+    with pytest.raises(FidelityError, match="shape mismatch"):
+        check_step("x", ref, wrong, None, thresholds_for("fp32"))
+
+
 def test_tampered_bundle_is_detected(tmp_path, tiny_bundle):
     import shutil
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import data as D
@@ -83,22 +83,30 @@ def write_sequences(cache: Path, out: Path, steps: int = 9, samples: int = 71015
     71015), use_cache_branch [True] and the first step's cross-attention present.N.encoder.*; the initial state
     past_key_values.N.decoder.* is the first step's present.N.decoder.* (length 1), so its length runs 1..steps.
     """
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for k, seq in enumerate(sequences(cache, SENTENCES + STREAM_SENTENCES, steps, samples)):
+        written.append(out / f"{k:03d}.npz")
+        np.savez(written[-1], **seq)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
+    return written
+
+
+def sequences(cache: Path, texts: Sequence[str], steps: int = 9, samples: int = 71015) -> list[dict[str, np.ndarray]]:
+    """The stream sequences of :func:`write_sequences`, one per text, as dicts of arrays."""
     entry = next(m for m in load_catalogue()[0] if m.name == "moonshine_tiny_decoder")
     path = fetch_all(cache, [entry.name])[entry.name]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    out.mkdir(parents=True, exist_ok=True)
-    start, empty, written = entry.decoder["decoder_start"], D.empty_past(entry.raw["inputs"]), []
-    for k, text in enumerate(SENTENCES + STREAM_SENTENCES):
+    start, empty, out = entry.decoder["decoder_start"], D.empty_past(entry.raw["inputs"]), []
+    for text in texts:
         hidden = encode(cache, entry, np.pad(D.speech(text), (0, samples))[:samples])
         step = stepper(lambda **feeds: session.run(None, feeds), names, hidden)
         ids, _ = K.greedy_kv(step, empty, start, -1, steps + 1)
         _, first = K.greedy_kv(step, empty, start, -1, 1)
         seq = {"input_ids": np.array(ids[1 : steps + 1], np.int64).reshape(steps, 1, 1), **first}
         seq |= {"encoder_hidden_states": hidden, "use_cache_branch": np.array([True])}
-        written.append(out / f"{k:03d}.npz")
-        np.savez(written[-1], **seq)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
-    return written
+        out.append(seq)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -306,6 +306,39 @@ def khmer(cache: Path, n: int, seed: int) -> list[Sample]:
     return out
 
 
+MOONSHINE_SAMPLES = 71015  # 4.44 s of 16 kHz speech -> 183 encoder frames
+MOONSHINE_STEPS = 8
+
+
+def moonshine_encoder(cache: Path, n: int, seed: int) -> list[Sample]:
+    return [
+        {"input_values": np.pad(_speech(seed + k), (0, MOONSHINE_SAMPLES))[None, :MOONSHINE_SAMPLES]} for k in range(n)
+    ]
+
+
+def moonshine_decoder(cache: Path, n: int, seed: int) -> list[Sample]:
+    """``n`` transcripts decoded greedily as streams: each step's present.N.decoder.* fed back (asr.sequences)."""
+    import asr
+
+    texts = [SENTENCES[(seed + k) % len(SENTENCES)] for k in range(n)]
+    return asr.sequences(cache, texts, MOONSHINE_STEPS, MOONSHINE_SAMPLES)
+
+
+def _kv_options() -> tuple[list[str], dict[str, str]]:
+    shapes = ["input_ids=1,1", "encoder_hidden_states=1,183,288", "use_cache_branch=1"]
+    stream = {}
+    for i in range(6):
+        for kv in ("key", "value"):
+            stream[f"past_key_values.{i}.decoder.{kv}"] = f"present.{i}.decoder.{kv}"
+            shapes += [
+                f"past_key_values.{i}.decoder.{kv}=1,8,[1:{MOONSHINE_STEPS + 1}],36",
+                f"past_key_values.{i}.encoder.{kv}=1,8,183,36",
+            ]
+    return shapes, stream
+
+
+KV_SHAPES, KV_STREAM = _kv_options()
+
 RECIPES: dict[str, Recipe] = {
     "ppocr_v4_det": Recipe(ppocr_det, ["x=1,3,480,480"], "dense,thresh=0.3", n_calib=6, n_val=3),
     "ppocr_v4_rec": Recipe(ppocr_rec, ["x=1,3,48,320"], "ctc"),
@@ -325,6 +358,12 @@ RECIPES: dict[str, Recipe] = {
     "khmersm_segmenter": Recipe(khmer, [f"x=1,{SRC_LEN}", f"mask=1,{SRC_LEN}"], None),
     "magika": Recipe(magika, ["bytes=1,2048"], "classification"),
     "romanizer_encoder": Recipe(romanizer_encoder, [f"src=1,{SRC_LEN}", f"src_mask=1,{SRC_LEN}"], None),
+    "moonshine_tiny_encoder": Recipe(
+        moonshine_encoder, [f"input_values=1,{MOONSHINE_SAMPLES}"], None, n_calib=4, n_val=2
+    ),
+    "moonshine_tiny_decoder": Recipe(
+        moonshine_decoder, KV_SHAPES, "classification,output=logits", KV_STREAM, n_calib=3, n_val=2
+    ),
     "romanizer_decoder": Recipe(
         romanizer_decoder,
         [f"prefix=1,{PREFIX_LEN}", f"memory=1,{SRC_LEN},256", f"src_mask=1,{SRC_LEN}", "hidden=1,2,256"],
