@@ -193,8 +193,8 @@ def speech(text: str, voice: str = "en-us", rate: int = 16000, lead_s: float = 0
     with tempfile.TemporaryDirectory(prefix="zoo-speech-") as tmp:
         raw, out = Path(tmp) / "raw.wav", Path(tmp) / "out.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(raw), text], check=True, capture_output=True)
-        if shutil.which("sox"):
-            subprocess.run(["sox", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True)
+        if shutil.which("sox"):  # -D: no dither, so the same text gives the same samples on every run
+            subprocess.run(["sox", "-D", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True)
             samples, _ = read_wav(out)
         else:
             from scipy.signal import resample_poly
