@@ -133,7 +133,7 @@ def test_garbage_outputs_fail_fidelity(tmp_path, tiny_model, tiny_calib):
 
 
 def test_empty_outputs_compare_by_shape():
-    """A KV-cache decoder's cached branch returns zero-length placeholders: equal shapes agree, real outputs are judged."""
+    """A KV-cache decoder's cached branch returns zero-length placeholders: equal shapes agree, the rest is judged."""
     from edgekit.fidelity import check_step, thresholds_for
 
     ref = [{"logits": np.ones((1, 4), np.float32), "present": np.zeros((1, 8, 0, 36), np.float32)}] * 2

@@ -113,7 +113,7 @@ class OrtQuantization:
                     raise
                 # ORT's widening of weight scales for int32 biases fails on some bias/scale shapes (a per-tensor
                 # weight scale with a vector bias): quantize without that adjustment; fidelity judges the result
-                ctx.log("  int8: ONNX Runtime's int32-bias scale adjustment failed on this graph; quantizing without it")
+                ctx.log("  int8: ONNX Runtime's int32-bias scale adjustment failed here; quantizing without it")
                 run({"QDQDisableWeightAdjustForInt32Bias": True})
         except Exception as e:  # ORT raises bare Exceptions with its own messages
             raise ConversionError(f"ONNX Runtime static quantization failed: {type(e).__name__}: {e}") from e
