@@ -4,12 +4,16 @@ A model is batch-capable when every input's and output's first dimension is dyna
 number, in the manifest) or the manifest says ``"batch": true``. The first request to arrive waits up
 to the window (or until ``max_batch`` requests are waiting); the requests whose inputs have the same
 dtypes and shapes past the first dimension are concatenated along it, run once, and each gets its
-own rows back. Each request still records its own queue time, shape and outcome.
+own rows back. Each request still records its own queue time, shape and outcome. A batch never
+grows past the batch sizes the bundle declares (its inputs' ``allowed`` first dimension): requests
+that would are run in the next batch.
 """
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .runners.base import dim_allows
 
 
 def batch_capable(manifest: Dict[str, Any]) -> bool:
@@ -17,6 +21,12 @@ def batch_capable(manifest: Dict[str, Any]) -> bool:
         return True
     specs = list(manifest.get("inputs") or []) + list(manifest.get("outputs") or [])
     return bool(specs) and all(s.get("shape") and not isinstance(s["shape"][0], int) for s in specs)
+
+
+def batch_fits(manifest: Dict[str, Any]) -> Callable[[int], bool]:
+    """Whether a batch of ``n`` rows is one the bundle declares for every input's first dimension."""
+    firsts = [s["allowed"][0] for s in manifest.get("inputs") or [] if s.get("allowed")]
+    return lambda n: all(dim_allows(a, n) for a in firsts)
 
 
 class _Item(object):
@@ -34,9 +44,10 @@ class _Item(object):
 class Batcher(object):
     """Collects one model's requests into batches; the first waiting request leads (no extra thread)."""
 
-    def __init__(self, window_ms: float, max_batch: int) -> None:
+    def __init__(self, window_ms: float, max_batch: int, fits: Optional[Callable[[int], bool]] = None) -> None:
         self.window_s = window_ms / 1000.0
         self.max_batch = max_batch
+        self.fits = fits or (lambda n: True)
         self._cv = threading.Condition()
         self._queue: List[_Item] = []
         self._leader: Optional[_Item] = None
@@ -85,11 +96,27 @@ class Batcher(object):
         for it in batch:
             groups.setdefault(self._key(it.feeds), []).append(it)
         for items in groups.values():
-            try:
-                self._run_group(model, items)
-            except BaseException as e:  # every request of the group gets the error
-                for it in items:
-                    it.error = e
+            for chunk in self._chunks(items):
+                try:
+                    self._run_group(model, chunk)
+                except BaseException as e:  # every request of the chunk gets the error
+                    for it in chunk:
+                        it.error = e
+
+    def _chunks(self, items: List[_Item]) -> List[List[_Item]]:
+        """``items`` in order, cut so that each chunk's rows make a batch size the bundle allows (one request alone
+        always does: its own shape was checked)."""
+        chunks: List[List[_Item]] = []
+        rows = 0
+        for it in items:
+            n = next(iter(it.feeds.values())).shape[0]
+            if chunks and self.fits(rows + n):
+                chunks[-1].append(it)
+                rows += n
+            else:
+                chunks.append([it])
+                rows = n
+        return chunks
 
     @staticmethod
     def _run_group(model: Any, items: List[_Item]) -> None:

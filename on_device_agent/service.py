@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import API_VERSION, __version__, runners
 from . import childproc as children
-from .batcher import Batcher, batch_capable
+from .batcher import Batcher, batch_capable, batch_fits
 from .bench import device_info
 from .breaker import Breakers
 from .childproc import one_shot_bench, one_shot_profile, verify_loads
@@ -210,7 +210,7 @@ class AgentService(Serving):
         model.warmup_ms = (time.perf_counter() - t0) * 1000.0
         model.options = {"threads": threads, "providers": providers}
         if self.batch_window_ms > 0 and self.max_batch > 1 and batch_capable(manifest):
-            model.batcher = Batcher(self.batch_window_ms, self.max_batch)
+            model.batcher = Batcher(self.batch_window_ms, self.max_batch, batch_fits(manifest))
         if version != self.store.current_version(name):
             self.traffic.put(name, version, model)
             self.metrics.load(name, version)

@@ -23,6 +23,34 @@ def test_batch_capable_models():
     assert batch_capable({"batch": True, "inputs": [{"shape": [1, 3]}]})
 
 
+def test_batches_stay_inside_the_declared_batch_sizes():
+    """A bundle built for batch 1..4 never gets a batch of 5 rows: the batcher cuts the group before it."""
+    from edgekit_agent.batcher import Batcher, _Item, batch_fits
+
+    fits = batch_fits({"inputs": [{"name": "x", "shape": ["N", 3], "allowed": [{"min": 1, "max": 4}, 3]}]})
+    assert fits(4) and not fits(5)
+    assert batch_fits({"inputs": [{"allowed": [{"values": [1, 4]}, 3]}]})(4)
+    assert not batch_fits({"inputs": [{"allowed": [{"values": [1, 4]}, 3]}]})(2)
+    assert batch_fits({"inputs": [{"shape": ["N", 3]}]})(64)  # nothing declared: any size
+
+    class Model:
+        lock = threading.Lock()
+        requests = 0
+        seen: list = []
+
+        class runner:  # noqa: N801 - the attribute name the batcher calls
+            @staticmethod
+            def run(feeds):
+                Model.seen.append(feeds["x"].shape[0])
+                return {"y": feeds["x"] * 2}
+
+    items = [_Item({"x": np.full((n, 3), i, np.float32)}) for i, n in enumerate((2, 2, 1, 3, 4))]
+    Batcher(30, 8, fits)._run(Model, items)
+    assert Model.seen == [4, 4, 4]  # [2+2], [1+3], [4]; never 2+2+1
+    for i, it in enumerate(items):
+        np.testing.assert_array_equal(it.outputs["y"], np.full((it.feeds["x"].shape[0], 3), 2 * i, np.float32))
+
+
 @pytest.fixture
 def batching_agent(tmp_path, tiny_bundle):
     from edgekit.deployer import deploy, open_device

@@ -125,14 +125,7 @@ def check_shape(name: str, shape: Sequence[int], allowed: Optional[List[Any]]) -
     None for any; ``allowed`` None: no declaration), else what is wrong: the input, the shape and the allowed ones."""
     if allowed is None:
         return None
-    ok = len(shape) == len(allowed)
-    for size, a in zip(shape, allowed) if ok else ():
-        if isinstance(a, int):
-            ok = ok and size == a
-        elif isinstance(a, dict) and "values" in a:
-            ok = ok and size in a["values"]
-        elif isinstance(a, dict):
-            ok = ok and a["min"] <= size <= a["max"]
+    ok = len(shape) == len(allowed) and all(dim_allows(a, size) for size, a in zip(shape, allowed))
     if ok:
         return None
     return "input %r has shape %s, outside the shapes the bundle was built and checked for: %s" % (
@@ -140,6 +133,17 @@ def check_shape(name: str, shape: Sequence[int], allowed: Optional[List[Any]]) -
         list(shape),
         describe_allowed(allowed),
     )
+
+
+def dim_allows(allowed: Any, size: int) -> bool:
+    """Whether one dimension's declaration (a size, {"min", "max"}, {"values"} or None for any) allows ``size``."""
+    if isinstance(allowed, int):
+        return size == allowed
+    if isinstance(allowed, dict) and "values" in allowed:
+        return size in allowed["values"]
+    if isinstance(allowed, dict):
+        return bool(allowed["min"] <= size <= allowed["max"])
+    return True
 
 
 def describe_allowed(allowed: List[Any]) -> str:
