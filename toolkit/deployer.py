@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bundle as bundle_mod
-from . import execution, profiles
+from . import execution, profiles, runtime_match
 from .device import Device, device_paths, open_device
 from .errors import AgentError
 from .transports import Transport
@@ -122,10 +122,15 @@ def _deploy(
 ) -> Report:
     t0 = time.perf_counter()
     device.ensure_agent(log=log)
+    health = (device.state or {}).get("health") or {}
+    mismatch = runtime_match.check(manifest, health.get("runtimes"), device.transport.description)
+    for w in mismatch:
+        (log or (lambda m: None))(f"warning: {w}")
     install = device.install(bundle_dir, manifest, progress=progress, log=log)
     deploy_s = time.perf_counter() - t0
     if not bench:
-        return {"name": manifest["name"], "bundle_id": manifest["id"], "installed": install}
+        out: Report = {"name": manifest["name"], "bundle_id": manifest["id"], "installed": install}
+        return {**out, "warnings": mismatch} if mismatch else out
     t = _threads(prof, device, threads)
     report = execution.on_device(device, manifest["name"], t).bench(runs=runs, warmup=warmup, providers=providers)
     report["deploy_seconds"] = round(deploy_s, 3)
@@ -133,6 +138,7 @@ def _deploy(
     # Serve it warm: apps' first request must not pay the load.
     device.call(f"loading {manifest['name']}", device.client.load, manifest["name"], threads=t, providers=providers)
     report = _annotate(report, manifest, device, prof)
+    report["warnings"] = mismatch + report["warnings"]
     _record_lab(device, report)
     return report
 
