@@ -49,6 +49,7 @@ class Prepared:
     cache_key: str
     output: Path
     log: Callable[[str], None]
+    specialised: Optional[dict] = None  # inputs fixed in the converted graph (edgekit.build_specialise)
 
 
 def prepare(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Prepared:
