@@ -92,3 +92,25 @@ def test_an_input_that_reaches_no_if_changes_no_control_flow():
 def test_fixing_an_unknown_input_is_refused():
     with pytest.raises(ValueError, match="not inputs of the model"):
         specialise(_model(), {"rate": np.array(1)})
+
+
+def test_the_agent_takes_a_fixed_input_left_out_or_at_its_value_and_refuses_another():
+    from edgekit_agent.runners.base import Runner, RunnerError
+
+    manifest = {
+        "model": "m.onnx",
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
+        "fixed_inputs": [{"name": "sr", "dtype": "int64", "shape": [], "value": 16000}],
+    }
+    runner = Runner("/nowhere", manifest)
+    x = np.zeros((1, 4), np.float32)
+    assert list(runner.drop_fixed({"x": x})) == ["x"]
+    assert list(runner.drop_fixed({"x": x, "sr": np.array(16000, np.int64)})) == ["x"]
+    runner.check_feeds(runner.drop_fixed({"x": x, "sr": np.array(16000, np.int64)}))
+    for wrong in (np.array(8000, np.int64), np.array([16000], np.int64)):
+        with pytest.raises(RunnerError, match="'sr' was fixed to 16000.*--input-value sr=VALUE") as e:
+            runner.drop_fixed({"x": x, "sr": wrong})
+        assert e.value.status == 400
+    plain = Runner("/nowhere", {"model": "m.onnx", "inputs": manifest["inputs"]})
+    feeds = {"x": x, "sr": np.array(16000, np.int64)}
+    assert plain.drop_fixed(feeds) is feeds  # a bundle without fixed inputs: check_feeds names the unknown input
