@@ -3,9 +3,10 @@ constants is folded, and an ``If`` whose condition becomes constant is replaced 
 
 Silero VAD switches on its 0-d ``sr`` (``If(Equal(sr, 16000))``: 16 kHz and 8 kHz branches); runtimes whose
 converters cannot take an ``If`` (or cannot infer shapes inside one) can take the graph with ``sr`` fixed to 16000:
-the same function for that value, without the switch. Folding starts from the fixed inputs: a node is evaluated
-(ONNX's reference evaluator) only when one of its inputs comes from them and all of them are constant, so the rest
-of the graph keeps the nodes its exporter wrote. The names of the graph's outputs are kept.
+the same function for that value, without the switch. A node all of whose inputs are constant is evaluated (ONNX's
+reference evaluator) and replaced by an initializer, as is a ``Shape`` or ``Size`` of a tensor whose shape is static;
+an inlined branch is folded in turn (Silero's holds ``If`` nodes on the size of its state). Nodes and initializers
+nothing reads any more are dropped; the names of the graph's inputs that stay and of its outputs are kept.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ RANDOM_OPS = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUnifor
 
 @dataclass
 class Specialised:
-    """The specialised model and what changed (``notes``: one line per fixed input and per ``If`` inlined)."""
+    """The specialised model and what changed (``notes``: the fixed values and the ``If`` nodes they removed)."""
 
     model: Any  # onnx.ModelProto
     fixed: dict[str, np.ndarray]
     folded: list[str] = field(default_factory=list)  # nodes replaced by their constant outputs
     inlined: dict[str, str] = field(default_factory=dict)  # If node -> "then" / "else"
+    from_branches: set[str] = field(default_factory=set)  # names of the nodes an inlined branch brought
 
     @property
     def changed_control_flow(self) -> bool:
@@ -33,8 +35,11 @@ class Specialised:
 
     def notes(self) -> list[str]:
         values = ", ".join(f"{k} fixed to {_show(v)}" for k, v in self.fixed.items())
-        branches = ", ".join(f"{n} folded to its {b}-branch" for n, b in self.inlined.items())
-        return [f"{values}: {branches or 'no If depends on it'}"]
+        top = {n: b for n, b in self.inlined.items() if n not in self.from_branches}
+        branches = ", ".join(f"{n} folded to its {b}-branch" for n, b in top.items())
+        inner = len(self.inlined) - len(top)
+        more = f"; {inner} If node{'s' if inner > 1 else ''} inside it folded too" if inner else ""
+        return [f"{values}: {branches or 'no If depends on it'}{more}"]
 
 
 def _show(value: np.ndarray) -> str:
@@ -185,6 +190,7 @@ def _fold_pass(m: Any, result: Specialised, static: dict[str, list[int]]) -> boo
             known.update({t.name: numpy_helper.to_array(t) for t in inits})
             new_inits.extend(inits)
             result.inlined[node.name or node.output[0]] = which
+            result.from_branches.update(n.name or n.output[0] for n in nodes)
             queue = nodes + queue  # a branch may hold an If on the same value
             changed = True
             continue
@@ -219,7 +225,7 @@ def _drop_unused(g: Any) -> None:
             break
         for n in dead:
             g.node.remove(n)
-    used = _used(g)
+    used = _used(g) | {i.name for i in g.input}  # an input's default stays with it
     keep = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep)
