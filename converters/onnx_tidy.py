@@ -4,6 +4,10 @@ X2Paddle and MindSpore Lite's converter refuse a pooling node that carries a ``d
 all ones (the default, which exporters such as Ultralytics' write out on every ``MaxPool``): "only dilations = 0
 is supported", "pooling op not support dilations now". Dropping an all-ones ``dilations`` computes the same function;
 a pooling node with a real dilation is left as it is, and the converter's own error then names it.
+
+MindSpore Lite's converter accepts a ``Clip`` whose bounds are constants, but computes a wrong answer for one whose
+bound is computed by the graph (openWakeWord's mel spectrogram clips at ``max(x) - 80``: cosine 0.34 with the ONNX
+model). ``Clip(x, lo, hi)`` is ``Min(Max(x, lo), hi)``: that spelling is written for such a node.
 """
 
 from __future__ import annotations
@@ -34,3 +38,40 @@ def drop_default_dilations(onnx_path: str | Path, work: Path) -> tuple[Path, lis
     out = Path(work) / (Path(onnx_path).stem + ".tidy.onnx")
     onnx.save(model, str(out))
     return out, changed
+
+
+def clip_bounds_as_max_min(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each main-graph ``Clip`` with a bound computed by the graph is
+    ``Max`` then ``Min`` (a bound of +/-inf is left out); and the nodes changed."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(onnx_path))
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})  # fmt: skip
+    changed, nodes = [], []
+    for node in g.node:
+        bounds = list(node.input[1:3]) + [""] * (3 - len(node.input))
+        if node.op_type != "Clip" or node.domain or all(not b or b in consts for b in bounds[:2]):
+            nodes.append(node)
+            continue
+        name, x = node.name or node.output[0], node.input[0]
+        steps = [(op, b) for op, b in zip(("Max", "Min"), bounds[:2]) if b and not np.all(np.isinf(consts.get(b, 0.0)))]
+        for k, (op, bound) in enumerate(steps):
+            out = node.output[0] if k == len(steps) - 1 else f"{name}/{op}"
+            nodes.append(helper.make_node(op, [x, bound], [out], name=f"{name}/{op}"))
+            x = out
+        if not steps:
+            nodes.append(helper.make_node("Identity", [x], [node.output[0]], name=name))
+        changed.append(name)
+    if not changed:
+        return Path(onnx_path), []
+    del g.node[:]
+    g.node.extend(nodes)
+    Path(work).mkdir(parents=True, exist_ok=True)
+    out_path = Path(work) / (Path(onnx_path).stem + ".clip.onnx")
+    onnx.save(model, str(out_path))
+    return out_path, changed

@@ -32,3 +32,33 @@ def test_a_real_dilation_is_kept(tmp_path):
     src = _pool_model(tmp_path / "pool.onnx", [2, 2])
     out, changed = drop_default_dilations(src, tmp_path / "work")
     assert out == src and changed == []
+
+
+def test_a_clip_on_a_computed_bound_becomes_max_then_min_with_the_same_outputs(tmp_path):
+    """openWakeWord's mel spectrogram: Clip(x, ReduceMax(x) - 80, +inf)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import clip_bounds_as_max_min
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [
+        numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("k", 80.0), ("inf", np.inf), ("lo", 0.0))
+    ]
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Sub", ["m", "k"], ["floor"]),
+        helper.make_node("Clip", ["x", "floor", "inf"], ["c"], name="computed"),
+        helper.make_node("Clip", ["c", "lo"], ["y"], name="constant"),  # constant bounds: left as it is
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
+    src = tmp_path / "clip.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    out, changed = clip_bounds_as_max_min(src, tmp_path / "work")
+    assert changed == ["computed"]
+    assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["ReduceMax", "Sub", "Max", "Clip"]
+    v = np.array([[-200, -100, -5, 0, 3, 90, 100, 7]], np.float32)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert np.array_equal(run[0], run[1])
+    assert clip_bounds_as_max_min(out, tmp_path / "again") == (out, [])
