@@ -8,6 +8,11 @@ a pooling node with a real dilation is left as it is, and the converter's own er
 MindSpore Lite's converter accepts a ``Clip`` whose bounds are constants, but computes a wrong answer for one whose
 bound is computed by the graph (openWakeWord's mel spectrogram clips at ``max(x) - 80``: cosine 0.34 with the ONNX
 model). ``Clip(x, lo, hi)`` is ``Min(Max(x, lo), hi)``: that spelling is written for such a node.
+
+X2Paddle 1.6 maps an opset-13 ``Unsqueeze`` to ``paddle.unsqueeze`` with its axes as a tensor, which loses the
+static shape: a ``Conv`` after it then fails ("The channel dimension of the input((-1, -1, -1)) should be defined").
+An ``Unsqueeze`` with constant axes of a tensor whose shape is static is a ``Reshape`` to that shape, which X2Paddle
+maps with the shape as a list.
 """
 
 from __future__ import annotations
@@ -73,5 +78,46 @@ def clip_bounds_as_max_min(onnx_path: str | Path, work: Path) -> tuple[Path, lis
     g.node.extend(nodes)
     Path(work).mkdir(parents=True, exist_ok=True)
     out_path = Path(work) / (Path(onnx_path).stem + ".clip.onnx")
+    onnx.save(model, str(out_path))
+    return out_path, changed
+
+
+def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each main-graph ``Unsqueeze`` with constant axes of a tensor of
+    static shape is a ``Reshape`` to its output shape; and the nodes changed."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(onnx_path))
+    g = model.graph
+    consts = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # shape inference refuses the graph: nothing is known to be static
+        return Path(onnx_path), []
+    static = {}
+    for v in list(inferred.value_info) + list(inferred.input) + list(inferred.output):
+        dims = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            static[v.name] = [d.dim_value for d in dims]
+    changed, nodes, shapes = [], [], []
+    for node in g.node:
+        ok = node.op_type == "Unsqueeze" and not node.domain and len(node.input) == 2 and node.input[1] in consts
+        if not ok or node.input[0] not in static or node.output[0] not in static:
+            nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        shape = numpy_helper.from_array(np.array(static[node.output[0]], np.int64), f"{name}/shape")
+        shapes.append(shape)
+        nodes.append(helper.make_node("Reshape", [node.input[0], shape.name], [node.output[0]], name=name))
+        changed.append(name)
+    if not changed:
+        return Path(onnx_path), []
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(shapes)
+    Path(work).mkdir(parents=True, exist_ok=True)
+    out_path = Path(work) / (Path(onnx_path).stem + ".reshape.onnx")
     onnx.save(model, str(out_path))
     return out_path, changed

@@ -22,13 +22,15 @@ def _branch(name: str, op: str, k: float) -> onnx.GraphProto:
 
 
 def _model(nested: bool = False) -> onnx.ModelProto:
-    """y = x * 2 if sr == 16000 else x + 3; with ``nested``, the then-branch holds If(Size(x) == 4)."""
+    """y = x * 2 if sr == 16000 else x + 3; with ``nested``, the then-branch holds If(Shape(x)[1] == 4)."""
     then = _branch("then", "Mul", 2.0)
     if nested:
         inner_then, inner_else = _branch("inner_then", "Mul", 5.0), _branch("inner_else", "Sub", 1.0)
         then = helper.make_graph(
             [
-                helper.make_node("Size", ["x"], ["n"]),
+                helper.make_node("Shape", ["x"], ["dims"]),
+                helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1, np.int64))),
+                helper.make_node("Gather", ["dims", "one"], ["n"]),
                 helper.make_node("Constant", [], ["four"], value=numpy_helper.from_array(np.array(4, np.int64))),
                 helper.make_node("Equal", ["n", "four"], ["is4"]),
                 helper.make_node("If", ["is4"], ["then_y"], then_branch=inner_then, else_branch=inner_else),
@@ -79,7 +81,7 @@ def test_a_nested_if_on_a_static_shape_is_folded_too():
     model = _model(nested=True)
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     got = specialise(model, {"sr": np.array(16000, np.int64)})
-    assert len(got.inlined) == 2 and set(got.inlined.values()) == {"then"}  # If_0, then the If on Size(x)
+    assert len(got.inlined) == 2 and set(got.inlined.values()) == {"then"}  # If_0, then the If on Shape(x)[1]
     assert not [n for n in got.model.graph.node if n.op_type == "If"]
     assert got.notes() == ["sr fixed to 16000: If_0 folded to its then-branch; 1 If node inside it folded too"]
     assert np.array_equal(_run(got.model, {"x": x}), x * 5)

@@ -62,3 +62,28 @@ def test_a_clip_on_a_computed_bound_becomes_max_then_min_with_the_same_outputs(t
     run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
     assert np.array_equal(run[0], run[1])
     assert clip_bounds_as_max_min(out, tmp_path / "again") == (out, [])
+
+
+def test_an_unsqueeze_of_a_static_tensor_becomes_a_reshape_and_a_dynamic_one_stays(tmp_path):
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import unsqueeze_as_reshape
+
+    def model(path, dims):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+        node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")
+        graph = helper.make_graph([node], "g", [x], [y], initializer=[axes])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+        return path
+
+    src = model(tmp_path / "static.onnx", [1, 16])
+    out, changed = unsqueeze_as_reshape(src, tmp_path / "work")
+    assert changed == ["u"] and [n.op_type for n in onnx.load(str(out)).graph.node] == ["Reshape"]
+    v = np.arange(16, dtype=np.float32).reshape(1, 16)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert run[1].shape == (1, 1, 16) and np.array_equal(run[0], run[1])
+    dynamic = model(tmp_path / "dynamic.onnx", ["n", 16])
+    assert unsqueeze_as_reshape(dynamic, tmp_path / "work2") == (dynamic, [])

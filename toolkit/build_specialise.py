@@ -82,7 +82,7 @@ def apply(p: Prepared, work: Path) -> tuple[Prepared, Path | None]:
             {"name": n, "dtype": str(v.dtype), "shape": list(v.shape), "value": v.tolist()} for n, v in fixed.items()
         ],
         "if_inlined": dict(result.inlined),
-        "nodes_folded": len(result.folded),
+        "nodes": {"before": result.nodes[0], "after": result.nodes[1]},
         "notes": result.notes(),
         "original_inputs": [specs[n].to_dict() for n in fixed],
     }

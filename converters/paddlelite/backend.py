@@ -145,9 +145,10 @@ class PaddleLiteBackend(ToolEnvBackend):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
-        from ..onnx_tidy import drop_default_dilations
+        from ..onnx_tidy import drop_default_dilations, unsqueeze_as_reshape
 
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
+        onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
         try:
             res = toolenvs.run_tool(
                 self.toolenv,
