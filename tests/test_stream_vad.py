@@ -86,13 +86,19 @@ def _build(vad, backend, precision="fp32"):
 
 @pytest.mark.parametrize("backend", ["openvino", "mnn", "tflite", "mindspore-lite"])
 def test_silero_vad_builds_with_sr_fixed_where_the_backend_cannot_switch_on_it(vad, backend):
+    import jsonschema
+
+    from edgekit.report import schema
+
     report = _build(vad, backend)
+    jsonschema.validate(report, schema())
     spec = report["specialised"]
     assert spec["fixed_inputs"] == [{"name": "sr", "dtype": "int64", "shape": [], "value": 16000}]
     assert (
         spec["if_inlined"]["If_0"] == "then" and "sr fixed to 16000: If_0 folded to its then-branch" in spec["notes"][0]
     )
     assert [i["name"] for i in report["inputs"]] == ["input", "state"]
+    assert report["source_nodes"] == 5 and spec["nodes"]["before"] == 5  # the graph as given: If_0 and its switch
     step = report["fidelity"]["steps"][-1]  # against the original model fed sr=16000
     assert step["task"]["metrics"]["frame_agreement"] == 1.0
     assert step["stream"]["state_drift"]["state"]["max_abs_error_at_end"] < 1e-2

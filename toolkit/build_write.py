@@ -170,7 +170,7 @@ def _report(
             "degraded_allowed": bool(degraded and p.opts.allow_degraded),
             "steps": checker.steps,
         },
-        "source_nodes": len(p.src.proto.graph.node),
+        "source_nodes": p.specialised["nodes"]["before"] if p.specialised else len(p.src.proto.graph.node),
         "ops": result.ops,
         "ops_graph": result.ops_graph,
         "host_latency": host_latency,
