@@ -12,7 +12,10 @@ model). ``Clip(x, lo, hi)`` is ``Min(Max(x, lo), hi)``: that spelling is written
 X2Paddle 1.6 maps an opset-13 ``Unsqueeze`` to ``paddle.unsqueeze`` with its axes as a tensor, which loses the
 static shape: a ``Conv`` after it then fails ("The channel dimension of the input((-1, -1, -1)) should be defined").
 An ``Unsqueeze`` with constant axes of a tensor whose shape is static is a ``Reshape`` to that shape, which X2Paddle
-maps with the shape as a list.
+maps with the shape as a list. Paddle's ``reflect`` and ``replicate`` padding take tensors of rank 3 to 5 only
+("input tesor dimension must be in [3, 4, 5] but got 2") and X2Paddle writes a rank-3 one in a layout they refuse:
+such a ``Pad`` of a static rank-2 tensor (Silero VAD's audio) is written on the tensor reshaped to rank 4
+(``[1, 1, a, b]``), then reshaped back.
 """
 
 from __future__ import annotations
@@ -119,5 +122,56 @@ def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[
     g.initializer.extend(shapes)
     Path(work).mkdir(parents=True, exist_ok=True)
     out_path = Path(work) / (Path(onnx_path).stem + ".reshape.onnx")
+    onnx.save(model, str(out_path))
+    return out_path, changed
+
+
+def pad_rank2_as_rank4(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each main-graph ``reflect``/``edge`` ``Pad`` of a static rank-2
+    tensor with constant pads is done on that tensor reshaped to ``[1, 1, a, b]``; and the nodes changed."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgekit.passes.graph_fold import static_shapes
+
+    model = onnx.load(str(onnx_path))
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    pads_of = [n for n in g.node if n.op_type == "Pad" and not n.domain and len(n.input) >= 2]
+    modes = {n.name or n.output[0]: next((a.s for a in n.attribute if a.name == "mode"), b"constant") for n in pads_of}
+    if not any(m in (b"reflect", b"edge") for m in modes.values()):
+        return Path(onnx_path), []
+    try:
+        static = static_shapes(model)
+    except Exception:  # shape inference refuses the graph: no rank is known
+        return Path(onnx_path), []
+    changed, nodes = [], []
+    for node in g.node:
+        name = node.name or node.output[0]
+        dims = static.get(node.input[0], []) if node in pads_of else []
+        ok = len(dims) == 2 and modes[name] in (b"reflect", b"edge")
+        if not ok or node.input[1] not in consts or (len(node.input) > 2 and node.input[2]):
+            nodes.append(node)
+            continue
+        pads = consts[node.input[1]].astype(np.int64)
+        padded = [d + int(pads[k]) + int(pads[k + 2]) for k, d in enumerate(dims)]
+        rank4 = numpy_helper.from_array(np.array([1, 1, *dims], np.int64), f"{name}/rank4")
+        back = numpy_helper.from_array(np.array(padded, np.int64), f"{name}/rank2")
+        pads4 = np.array([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]], np.int64)
+        pads4_init = numpy_helper.from_array(pads4, f"{name}/pads")
+        g.initializer.extend([rank4, back, pads4_init])
+        nodes += [
+            helper.make_node("Reshape", [node.input[0], rank4.name], [f"{name}/x4"], name=f"{name}/Reshape"),
+            helper.make_node("Pad", [f"{name}/x4", pads4_init.name], [f"{name}/y4"], name=name, mode=modes[name]),
+            helper.make_node("Reshape", [f"{name}/y4", back.name], [node.output[0]], name=f"{name}/Reshape_back"),
+        ]
+        changed.append(name)
+    if not changed:
+        return Path(onnx_path), []
+    del g.node[:]
+    g.node.extend(nodes)
+    Path(work).mkdir(parents=True, exist_ok=True)
+    out_path = Path(work) / (Path(onnx_path).stem + ".pad4.onnx")
     onnx.save(model, str(out_path))
     return out_path, changed

@@ -87,3 +87,58 @@ def test_an_unsqueeze_of_a_static_tensor_becomes_a_reshape_and_a_dynamic_one_sta
     assert run[1].shape == (1, 1, 16) and np.array_equal(run[0], run[1])
     dynamic = model(tmp_path / "dynamic.onnx", ["n", 16])
     assert unsqueeze_as_reshape(dynamic, tmp_path / "work2") == (dynamic, [])
+
+
+def test_a_one_step_lstm_becomes_its_cell_with_the_same_outputs(tmp_path):
+    """Silero VAD's decoder: an LSTM run one step at a time whose Y_h and Y_c are read (X2Paddle loses them)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_lstm_cell import lstm_steps_as_cells
+
+    rng = np.random.default_rng(0)
+    hid, inp = 8, 5
+    weights = {
+        "W": rng.standard_normal((1, 4 * hid, inp)),
+        "R": rng.standard_normal((1, 4 * hid, hid)),
+        "B": rng.standard_normal((1, 8 * hid)),
+    }
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    shapes = {"x": [1, 2, inp], "h": [1, 2, hid], "c": [1, 2, hid]}
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "yh", "yc")]
+    lstm = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "yh", "yc"], name="rnn", hidden_size=hid)
+    src = tmp_path / "lstm.onnx"
+    graph = helper.make_graph([lstm], "g", ins, outs, initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(src))
+    out, changed = lstm_steps_as_cells(src, tmp_path / "work")
+    assert changed == ["rnn"] and "LSTM" not in {n.op_type for n in onnx.load(str(out)).graph.node}
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feed) for p in (src, out)]
+    for want, got in zip(run[0], run[1]):
+        assert want.shape == got.shape and np.allclose(want, got, atol=1e-5)
+    two_steps = tmp_path / "two.onnx"  # a sequence of two steps is left to the converter
+    ins[0] = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, inp])
+    graph = helper.make_graph([lstm], "g", ins, outs, initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(two_steps))
+    assert lstm_steps_as_cells(two_steps, tmp_path / "work2") == (two_steps, [])
+
+
+def test_a_reflect_pad_of_a_rank_2_tensor_is_done_at_rank_4(tmp_path):
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import pad_rank2_as_rank4
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    pads = numpy_helper.from_array(np.array([0, 0, 0, 4], np.int64), "pads")
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="p", mode="reflect")
+    src = tmp_path / "pad.onnx"
+    graph = helper.make_graph([node], "g", [x], [y], initializer=[pads])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    out, changed = pad_rank2_as_rank4(src, tmp_path / "work")
+    assert changed == ["p"] and [n.op_type for n in onnx.load(str(out)).graph.node] == ["Reshape", "Pad", "Reshape"]
+    v = np.arange(16, dtype=np.float32).reshape(1, 16)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert run[1].shape == (1, 20) and np.array_equal(run[0], run[1])

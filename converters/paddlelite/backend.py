@@ -51,8 +51,8 @@ def x2paddle_limitation(onnx_path: str | Path, said: str) -> ConversionError | N
     if named["LSTM"] and "in previous layers, the layers should be make by topological sort" in said:
         return ConversionError(
             f"paddlelite: X2Paddle 1.6.0 cannot convert the LSTM node {named['LSTM'][0]!r} of this graph (its LSTM "
-            "mapping loses the node's outputs: \"Couldn't find ... in previous layers\"); this model cannot be built "
-            f"for Paddle Lite: {OTHERS}"
+            "mapping loses the node's outputs: \"Couldn't find ... in previous layers\"; edgekit writes an LSTM of "
+            f"one step with fixed shapes as its cell, not this one): {OTHERS}"
         )
     if named["If"] and ("If" in said or "Traceback" in said):
         return ConversionError(
@@ -145,10 +145,13 @@ class PaddleLiteBackend(ToolEnvBackend):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
-        from ..onnx_tidy import drop_default_dilations, unsqueeze_as_reshape
+        from ..onnx_lstm_cell import lstm_steps_as_cells
+        from ..onnx_tidy import drop_default_dilations, pad_rank2_as_rank4, unsqueeze_as_reshape
 
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
         onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
+        onnx_path, _ = lstm_steps_as_cells(onnx_path, work)  # its LSTM mapping loses Y_h and Y_c
+        onnx_path, _ = pad_rank2_as_rank4(onnx_path, work)  # Paddle's reflect padding takes rank 3 to 5
         try:
             res = toolenvs.run_tool(
                 self.toolenv,
