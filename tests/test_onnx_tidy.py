@@ -1,7 +1,11 @@
-"""Rewrites that change no value, for converters that refuse a spelling: pooling with dilations of all ones."""
+"""Rewrites that change no value, for converters that refuse a spelling (or compute it wrong): pooling with
+dilations of all ones, a Clip on a computed bound, Unsqueeze and reflect Pad for X2Paddle, a one-step LSTM."""
+
+from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from edgekit.converters.onnx_tidy import drop_default_dilations
@@ -142,3 +146,32 @@ def test_a_reflect_pad_of_a_rank_2_tensor_is_done_at_rank_4(tmp_path):
     v = np.arange(16, dtype=np.float32).reshape(1, 16)
     run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
     assert run[1].shape == (1, 20) and np.array_equal(run[0], run[1])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["mindspore-lite", "paddlelite"])
+def test_wake_word_mel_spectrogram_builds_where_its_converter_failed(tmp_path, backend):
+    """openWakeWord's mel spectrogram: MindSpore Lite computed its Clip on a computed bound wrong (cosine 0.34) and
+    X2Paddle lost the static shape of its Unsqueeze before a Conv; both build now, checked against the original."""
+    import sys
+
+    import edgekit
+
+    zoo = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo"
+    sys.path.insert(0, str(zoo))
+    import data  # noqa: PLC0415
+    import fetch  # noqa: PLC0415
+
+    try:
+        model = fetch.fetch_all(fetch.zoo_dir(), ["oww_melspectrogram"])["oww_melspectrogram"]
+    except fetch.FetchError as exc:
+        pytest.fail(f"cannot fetch oww_melspectrogram: {exc}")
+    audio = data.speech("Hey jarvis, what time is it?")[:16000] * 32767  # int16-scaled float audio
+    clips = np.stack([audio * k for k in (1.0, 0.5, 0.25)]).astype(np.float32)
+    np.savez(tmp_path / "val.npz", input=clips)
+    report = edgekit.build(
+        model, "host", tmp_path / backend, backend=backend, precision="fp32", val=tmp_path / "val.npz",
+        input_shapes={"input": [1, 16000]}, use_cache=False,
+    )  # fmt: skip
+    assert report["fidelity"]["passed"]
+    assert report["fidelity"]["steps"][-1]["outputs"]["output"]["cosine_min"] > 0.9999
