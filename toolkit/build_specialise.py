@@ -47,9 +47,8 @@ def fixed_values(p: Prepared) -> dict[str, np.ndarray]:
     return {n: v for n, v in values.items() if v is not None}
 
 
-def _strip(ds: Dataset | None, names: set[str]) -> Dataset | None:
-    if ds is None:
-        return None
+def _strip(ds: Dataset, names: set[str]) -> Dataset:
+    """``ds`` without the inputs ``names`` in its samples."""
     samples = [{k: v for k, v in s.items() if k not in names} for s in ds.samples]
     return dataclasses.replace(ds, samples=samples, meta=dict(ds.meta))
 
@@ -71,7 +70,6 @@ def apply(p: Prepared, work: Path) -> tuple[Prepared, Path | None]:
     src = dataclasses.replace(p.src, proto=result.model, inputs=[s for s in p.src.inputs if s.name not in names])
     path = src.save(Path(work) / "specialised.onnx")
     fid_ds = _strip(p.fid_ds, names)
-    assert fid_ds is not None
     points = p.points
     points.samples = {label: [{k: v for k, v in s.items() if k not in names} for s in ss]
                       for label, ss in points.samples.items()}  # fmt: skip
@@ -91,8 +89,8 @@ def apply(p: Prepared, work: Path) -> tuple[Prepared, Path | None]:
         p,
         src=src,
         fid_ds=fid_ds,
-        calib_ds=_strip(p.calib_ds, names),
-        val_ds=_strip(p.val_ds, names),
+        calib_ds=_strip(p.calib_ds, names) if p.calib_ds is not None else None,
+        val_ds=_strip(p.val_ds, names) if p.val_ds is not None else None,
         runs=p.plan.runner(p.be, fid_ds) if p.plan else p.be,
         points=points,
         specialised=section,
