@@ -86,6 +86,9 @@ class Backend(abc.ABC):
     toolenv: "ToolEnvSpec | None" = None  # where the converter runs in its own environment
     # import name of its placement module (accelerator checks, selective build; edgekit.placement)
     placement: str | None = None
+    # an input the data give one value is fixed in the graph it converts when that removes an If
+    # (edgekit.build_specialise); False for a runtime that runs the graph's control flow as it is
+    specialises_inputs = True
 
     @property
     def row(self) -> Row:

@@ -103,6 +103,7 @@ class Serving(object):
             if session is not None:
                 slot = self.sessions.open(name, session, model.version, model.runner.manifest)
                 feeds = slot.feeds(feeds)
+            feeds = model.runner.drop_fixed(feeds)
             model.runner.check_feeds(feeds)
             self._enter(model)
             try:

@@ -1,7 +1,11 @@
-"""Rewrites that change no value, for converters that refuse a spelling: pooling with dilations of all ones."""
+"""Rewrites that change no value, for converters that refuse a spelling (or compute it wrong): pooling with
+dilations of all ones, a Clip on a computed bound, Unsqueeze and reflect Pad for X2Paddle, a one-step LSTM."""
+
+from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from edgekit.converters.onnx_tidy import drop_default_dilations
@@ -32,3 +36,142 @@ def test_a_real_dilation_is_kept(tmp_path):
     src = _pool_model(tmp_path / "pool.onnx", [2, 2])
     out, changed = drop_default_dilations(src, tmp_path / "work")
     assert out == src and changed == []
+
+
+def test_a_clip_on_a_computed_bound_becomes_max_then_min_with_the_same_outputs(tmp_path):
+    """openWakeWord's mel spectrogram: Clip(x, ReduceMax(x) - 80, +inf)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import clip_bounds_as_max_min
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [
+        numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("k", 80.0), ("inf", np.inf), ("lo", 0.0))
+    ]
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Sub", ["m", "k"], ["floor"]),
+        helper.make_node("Clip", ["x", "floor", "inf"], ["c"], name="computed"),
+        helper.make_node("Clip", ["c", "lo"], ["y"], name="constant"),  # constant bounds: left as it is
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
+    src = tmp_path / "clip.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    out, changed = clip_bounds_as_max_min(src, tmp_path / "work")
+    assert changed == ["computed"]
+    assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["ReduceMax", "Sub", "Max", "Clip"]
+    v = np.array([[-200, -100, -5, 0, 3, 90, 100, 7]], np.float32)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert np.array_equal(run[0], run[1])
+    assert clip_bounds_as_max_min(out, tmp_path / "again") == (out, [])
+
+
+def test_an_unsqueeze_of_a_static_tensor_becomes_a_reshape_and_a_dynamic_one_stays(tmp_path):
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import unsqueeze_as_reshape
+
+    def model(path, dims):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+        node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")
+        graph = helper.make_graph([node], "g", [x], [y], initializer=[axes])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+        return path
+
+    src = model(tmp_path / "static.onnx", [1, 16])
+    out, changed = unsqueeze_as_reshape(src, tmp_path / "work")
+    assert changed == ["u"] and [n.op_type for n in onnx.load(str(out)).graph.node] == ["Reshape"]
+    v = np.arange(16, dtype=np.float32).reshape(1, 16)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert run[1].shape == (1, 1, 16) and np.array_equal(run[0], run[1])
+    dynamic = model(tmp_path / "dynamic.onnx", ["n", 16])
+    assert unsqueeze_as_reshape(dynamic, tmp_path / "work2") == (dynamic, [])
+
+
+def test_a_one_step_lstm_becomes_its_cell_with_the_same_outputs(tmp_path):
+    """Silero VAD's decoder: an LSTM run one step at a time whose Y_h and Y_c are read (X2Paddle loses them)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_lstm_cell import lstm_steps_as_cells
+
+    rng = np.random.default_rng(0)
+    hid, inp = 8, 5
+    weights = {
+        "W": rng.standard_normal((1, 4 * hid, inp)),
+        "R": rng.standard_normal((1, 4 * hid, hid)),
+        "B": rng.standard_normal((1, 8 * hid)),
+    }
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    shapes = {"x": [1, 2, inp], "h": [1, 2, hid], "c": [1, 2, hid]}
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "yh", "yc")]
+    lstm = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "yh", "yc"], name="rnn", hidden_size=hid)
+    src = tmp_path / "lstm.onnx"
+    graph = helper.make_graph([lstm], "g", ins, outs, initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(src))
+    out, changed = lstm_steps_as_cells(src, tmp_path / "work")
+    assert changed == ["rnn"] and "LSTM" not in {n.op_type for n in onnx.load(str(out)).graph.node}
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feed) for p in (src, out)]
+    for want, got in zip(run[0], run[1]):
+        assert want.shape == got.shape and np.allclose(want, got, atol=1e-5)
+    two_steps = tmp_path / "two.onnx"  # a sequence of two steps is left to the converter
+    ins[0] = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, inp])
+    graph = helper.make_graph([lstm], "g", ins, outs, initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(two_steps))
+    assert lstm_steps_as_cells(two_steps, tmp_path / "work2") == (two_steps, [])
+
+
+def test_a_reflect_pad_of_a_rank_2_tensor_is_done_at_rank_4(tmp_path):
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from edgekit.converters.onnx_tidy import pad_rank2_as_rank4
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    pads = numpy_helper.from_array(np.array([0, 0, 0, 4], np.int64), "pads")
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="p", mode="reflect")
+    src = tmp_path / "pad.onnx"
+    graph = helper.make_graph([node], "g", [x], [y], initializer=[pads])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    out, changed = pad_rank2_as_rank4(src, tmp_path / "work")
+    assert changed == ["p"] and [n.op_type for n in onnx.load(str(out)).graph.node] == ["Reshape", "Pad", "Reshape"]
+    v = np.arange(16, dtype=np.float32).reshape(1, 16)
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0] for p in (src, out)]
+    assert run[1].shape == (1, 20) and np.array_equal(run[0], run[1])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["mindspore-lite", "paddlelite"])
+def test_wake_word_mel_spectrogram_builds_where_its_converter_failed(tmp_path, backend):
+    """openWakeWord's mel spectrogram: MindSpore Lite computed its Clip on a computed bound wrong (cosine 0.34) and
+    X2Paddle lost the static shape of its Unsqueeze before a Conv; both build now, checked against the original."""
+    import sys
+
+    import edgekit
+
+    zoo = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo"
+    sys.path.insert(0, str(zoo))
+    import data  # noqa: PLC0415
+    import fetch  # noqa: PLC0415
+
+    try:
+        model = fetch.fetch_all(fetch.zoo_dir(), ["oww_melspectrogram"])["oww_melspectrogram"]
+    except fetch.FetchError as exc:
+        pytest.fail(f"cannot fetch oww_melspectrogram: {exc}")
+    audio = data.speech("Hey jarvis, what time is it?")[:16000] * 32767  # int16-scaled float audio
+    clips = np.stack([audio * k for k in (1.0, 0.5, 0.25)]).astype(np.float32)
+    np.savez(tmp_path / "val.npz", input=clips)
+    report = edgekit.build(
+        model, "host", tmp_path / backend, backend=backend, precision="fp32", val=tmp_path / "val.npz",
+        input_shapes={"input": [1, 16000]}, use_cache=False,
+    )  # fmt: skip
+    assert report["fidelity"]["passed"]
+    assert report["fidelity"]["steps"][-1]["outputs"]["output"]["cosine_min"] > 0.9999

@@ -200,3 +200,24 @@ def test_device_commands_reach_the_backend_agent(agent_roots, ppocr_host, env_py
         assert st["running"] and st["root"] == str(agent_root)
     finally:
         run_cli("agent", "stop", "--local", env=env)
+
+
+def test_x2paddle_failures_on_an_lstm_or_an_if_name_the_node_and_what_to_do(tmp_path):
+    """X2Paddle's own traceback on an LSTM it cannot map (one that runs several steps) or on an If is a
+    ConversionError naming the node: no traceback reaches the user."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.converters.paddlelite.backend import x2paddle_limitation
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 4])
+    lstm = helper.make_node("LSTM", ["x", "W", "R"], ["y", "yh"], name="rnn", hidden_size=3)
+    path = tmp_path / "lstm.onnx"
+    onnx.save(helper.make_model(helper.make_graph([lstm], "g", [x], [])), str(path))
+    said = (
+        "Traceback ...\nAssertionError: Couldn't find x2paddle_y_p1 in previous layers, the layers should be make by "
+    )
+    e = x2paddle_limitation(path, said + "topological sort")
+    assert e is not None and "LSTM node 'rnn'" in str(e) and "another backend" in str(e)
+    assert "Traceback" not in str(e)
+    assert x2paddle_limitation(path, "some other failure") is None  # the converter's own message then stands

@@ -222,3 +222,16 @@ def test_silero_vad_is_inferred_as_vad():
     }
     out = dict(zip(["output", "stateN"], ort.InferenceSession(str(model)).run(["output", "stateN"], feed)))
     assert infer_task(model, out, feed).spec.family == "vad"
+
+
+def test_inputs_every_sequence_holds_once_are_named(tmp_path, model):
+    """A data input given once per sequence (Silero's ``sr``) is listed in ``meta["stream"]["held_once"]``: a backend
+    may then fix it in the graph (edgekit.build_specialise); one given per step in any sequence is not."""
+    p = plan({"state": "stateN"}, model)
+    (tmp_path / "once").mkdir()
+    for k in range(2):
+        np.savez(tmp_path / "once" / f"s{k}.npz", x=np.full((1, 4), 0.5, np.float32))
+    ds = p.load(tmp_path / "once", model.inputs)
+    assert ds.meta["stream"] == {"lengths": [1, 1], "held_once": ["x"]}
+    np.savez(tmp_path / "once" / "s2.npz", x=streams.sequence(3, 0))
+    assert p.load(tmp_path / "once", model.inputs).meta["stream"]["held_once"] == []

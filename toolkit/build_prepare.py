@@ -22,7 +22,7 @@ from .errors import DataError, ProfileError
 from .model import SourceModel, load_model, parse_input_shapes
 
 FIDELITY_SAMPLES = 400
-CACHE_EPOCH = 4  # bump when what a build writes changes, so older cached bundles are not reused
+CACHE_EPOCH = 5  # bump when what a build writes changes, so older cached bundles are not reused
 CALIB_SAMPLES = 256
 
 
@@ -49,6 +49,7 @@ class Prepared:
     cache_key: str
     output: Path
     log: Callable[[str], None]
+    specialised: Optional[dict] = None  # inputs fixed in the converted graph (edgekit.build_specialise)
 
 
 def prepare(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Prepared:

@@ -85,6 +85,8 @@ def _manifest(p: Prepared, checker: StepChecker, result: Any, files: List[Dict[s
         "ops": result.ops,
         "sample_inputs_synthetic": p.fid_ds.synthetic,
         **({"stream": p.plan.to_dict()} if p.plan else {}),
+        # inputs fixed in the converted graph: a request may send that value or leave the input out
+        **({"fixed_inputs": p.specialised["fixed_inputs"]} if p.specialised else {}),
         # the device judges its outputs for the sample by this task's decoded answers (edgekit_agent.taskcheck)
         **({"task": judged_by.spec.to_dict()} if judged_by is not None else {}),
     }
@@ -168,7 +170,7 @@ def _report(
             "degraded_allowed": bool(degraded and p.opts.allow_degraded),
             "steps": checker.steps,
         },
-        "source_nodes": len(p.src.proto.graph.node),
+        "source_nodes": p.specialised["nodes"]["before"] if p.specialised else len(p.src.proto.graph.node),
         "ops": result.ops,
         "ops_graph": result.ops_graph,
         "host_latency": host_latency,
@@ -176,6 +178,7 @@ def _report(
         **result.sections,
         **({"pruning": p.pruning} if p.pruning else {}),
         **({"stream": p.plan.report(p.fid_ds)} if p.plan else {}),
+        **({"specialised": p.specialised} if p.specialised else {}),
         "cache": {"hit": False, "key": p.cache_key},
         "build_seconds": round(time.perf_counter() - t0, 3),
         "output": str(p.output),

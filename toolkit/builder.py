@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from . import build_specialise, converters, progress
 from . import bundle as bundle_mod
-from . import converters, progress
 from .build_check import StepChecker, resolve
 from .build_options import BuildOptions
 from .build_prepare import CACHE_EPOCH, CALIB_SAMPLES, FIDELITY_SAMPLES, Prepared, prepare  # noqa: F401
@@ -144,14 +144,18 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
         with progress.of(log).step(f"running the reference on {len(fid_ds)} samples"):
             reference_outputs = _reference_outputs(be, reference_path, fid_ds, session)
             p.points.reference(be, reference_path, session)
+        converted_path = reference_path
+        p, specialised_path = build_specialise.apply(p, work)  # an input with one value fixed where it removes an If
+        if specialised_path is not None:
+            converted_path, session = specialised_path, converters.BuildSession.for_source(p.src)
         checker = StepChecker(p, reference_outputs, resolve(p, reference_path, reference_outputs), session)
         log(
             f"task: {checker.inferred.spec} ({checker.inferred.reason}); judged by the {checker.task_section()['gate']}"
         )
 
         ctx = converters.BuildContext(
-            source=src,
-            reference_path=reference_path,
+            source=p.src,
+            reference_path=converted_path,
             profile=p.prof,
             precision=p.precision,
             calib=p.calib_ds,
@@ -159,7 +163,7 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
             check=checker.check,
             log=log,
             budget=p.budget,
-            evaluation=fid_ds,
+            evaluation=p.fid_ds,
             allow_degraded=opts.allow_degraded,
             session=session,
             task=checker.judged_by,
@@ -177,7 +181,7 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
         with progress.of(log).step(f"building {opts.backend} {p.precision}{calibrating}"):
             result = be.build(ctx)
         result.sections["placement"] = _placement(result, ctx, opts.backend)
-        return write_bundle(p, checker, result, reference_path, session, t0)
+        return write_bundle(p, checker, result, converted_path, session, t0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

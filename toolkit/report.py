@@ -44,6 +44,7 @@ def build_text(r: dict[str, Any]) -> str:
             if "source_nodes" in r
             else []
         ),
+        *[f"  specialised {note}" for note in (r.get("specialised") or {}).get("notes", [])],
         "  files:",
     ]
     lines += [f"    {f['name']:<28} {_kb(f['size']):>10}  sha256 {f['sha256'][:16]}..." for f in r["files"]]

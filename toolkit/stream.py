@@ -101,6 +101,7 @@ class Sequence:
 
     steps: list[dict[str, np.ndarray]]
     initial: dict[str, np.ndarray]
+    held_once: tuple[str, ...] = ()  # data inputs the file gives once, the same at every step
 
 
 def _cast(array: np.ndarray, spec: Any, where: str) -> np.ndarray:
@@ -160,7 +161,7 @@ def _sequence(arrays: dict[str, np.ndarray], specs: list, spec: StreamSpec, wher
             initial[s.name] = a
         else:
             initial[s.name] = zeros(s, steps[0])
-    return Sequence(steps, initial)
+    return Sequence(steps, initial, tuple(sorted(constant)))
 
 
 def zeros(spec: Any, like: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
@@ -230,7 +231,8 @@ class StreamPlan:
         lengths = [len(s.steps) for s in seqs]
         text = f"{source} ({len(seqs)} sequences, {sum(lengths)} steps)"
         ds = Dataset(samples, None, text if not synthetic else "synthetic", synthetic=synthetic)
-        ds.meta["stream"] = {"lengths": lengths}
+        held_once = sorted(set.intersection(*(set(s.held_once) for s in seqs))) if seqs else []
+        ds.meta["stream"] = {"lengths": lengths, "held_once": held_once}
         return ds
 
     def _fill(self, seqs: list[Sequence]) -> list[dict[str, np.ndarray]]:

@@ -84,9 +84,10 @@ class MindSporeLiteBackend(ToolEnvBackend):
     ) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         from edgekit import toolenvs
 
-        from ..onnx_tidy import drop_default_dilations
+        from ..onnx_tidy import clip_bounds_as_max_min, drop_default_dilations
 
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # the converter refuses dilations=[1, 1] on pooling
+        onnx_path, _ = clip_bounds_as_max_min(onnx_path, work)  # it computes a Clip on a graph-computed bound wrong
         tag = "fp16" if fp16 else "fp32"
         res = toolenvs.run_tool(
             self.toolenv,

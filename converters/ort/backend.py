@@ -36,6 +36,7 @@ EXACT = "ort.exact_int8"  # session memo: this build's int8 models are checked w
 
 class OrtBackend(OrtQuantization, OrtFormats, Backend):
     name = "ort"
+    specialises_inputs = False  # ONNX Runtime runs If
     placement = "edgekit.converters.ort.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "Install it with: pip install 'edgekit[ort]' (or pip install onnxruntime)."
 

@@ -22,6 +22,7 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from edgekit.errors import ConversionError
 from edgekit.toolenvs import ToolEnvSpec
 
 from ..base import BuildContext, BuildResult
@@ -29,11 +30,37 @@ from ..toolworker import ToolEnvBackend
 
 if TYPE_CHECKING:
     from edgekit.converters.session import BuildSession
-    from edgekit.errors import ConversionError
     from edgekit.profiles import Profile
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 HOST_TARGET = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm", "arm64": "arm"}
+
+
+OTHERS = "choose another backend (ort, openvino, mnn, tflite or mindspore-lite)"
+
+
+def x2paddle_limitation(onnx_path: str | Path, said: str) -> ConversionError | None:
+    """A ConversionError naming the node X2Paddle 1.6 failed on and why, for the failures it is known to have;
+    None for any other (the converter's own message then stands)."""
+    import onnx
+
+    from edgekit.errors import ConversionError
+
+    nodes = onnx.load(str(onnx_path), load_external_data=False).graph.node
+    named = {op: [n.name or n.output[0] for n in nodes if n.op_type == op] for op in ("If", "LSTM")}
+    if named["LSTM"] and "in previous layers, the layers should be make by topological sort" in said:
+        return ConversionError(
+            f"paddlelite: X2Paddle 1.6.0 cannot convert the LSTM node {named['LSTM'][0]!r} of this graph (its LSTM "
+            "mapping loses the node's outputs: \"Couldn't find ... in previous layers\"; edgekit writes an LSTM of "
+            f"one step with fixed shapes as its cell, not this one): {OTHERS}"
+        )
+    if named["If"] and ("If" in said or "Traceback" in said):
+        return ConversionError(
+            f"paddlelite: X2Paddle 1.6.0 cannot convert the If node {named['If'][0]!r} (control flow); when the "
+            "input it switches on holds one value, give it (--input-value NAME=VALUE, or once in each .npz) and "
+            f"edgekit folds the If away (docs/INPUTS.md), or {OTHERS}"
+        )
+    return None
 
 
 class PaddleLiteBackend(ToolEnvBackend):
@@ -118,16 +145,26 @@ class PaddleLiteBackend(ToolEnvBackend):
         """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
         from edgekit import toolenvs
 
-        from ..onnx_tidy import drop_default_dilations
+        from ..onnx_lstm_cell import lstm_steps_as_cells
+        from ..onnx_tidy import drop_default_dilations, pad_rank2_as_rank4, unsqueeze_as_reshape
 
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
-        res = toolenvs.run_tool(
-            self.toolenv,
-            TOOLS / "paddle_convert.py",
-            {"step": "ONNX -> Paddle -> .nb", "onnx": str(onnx_path), "outdir": str(work), "targets": targets},
-            work,
-            log=log,
-        )
+        onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
+        onnx_path, _ = lstm_steps_as_cells(onnx_path, work)  # its LSTM mapping loses Y_h and Y_c
+        onnx_path, _ = pad_rank2_as_rank4(onnx_path, work)  # Paddle's reflect padding takes rank 3 to 5
+        try:
+            res = toolenvs.run_tool(
+                self.toolenv,
+                TOOLS / "paddle_convert.py",
+                {"step": "ONNX -> Paddle -> .nb", "onnx": str(onnx_path), "outdir": str(work), "targets": targets},
+                work,
+                log=log,
+            )
+        except Exception as e:
+            known = x2paddle_limitation(onnx_path, str(e))
+            if known is None:
+                raise
+            raise known from None
         for t, nb in res["nb"].items():
             session.register(nb, dict(runner_options, inputs=res["inputs"], target=t), inputs, outputs)
         return res

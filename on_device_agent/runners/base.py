@@ -63,6 +63,25 @@ class Runner(object):
         pass
 
     # -- input checking shared by every runner --------------------------------
+    def drop_fixed(self, feeds: Dict[str, Any]) -> Dict[str, Any]:
+        """``feeds`` without the inputs the bundle fixed in its graph (manifest ``fixed_inputs``): a request may
+        leave such an input out or send the value it was fixed to; another value is a RunnerError (HTTP 400)."""
+        fixed = self.manifest.get("fixed_inputs") or []
+        if not fixed or not any(f["name"] in feeds for f in fixed):
+            return feeds
+        out = dict(feeds)
+        for f in fixed:
+            if f["name"] not in out:
+                continue
+            a = out.pop(f["name"])
+            if list(getattr(a, "shape", ())) != list(f["shape"]) or a.tolist() != f["value"]:
+                raise RunnerError(
+                    "input %r was fixed to %s when this bundle was built (its graph no longer takes it): send that "
+                    "value or leave the input out; for another value build again with --input-value %s=VALUE "
+                    "(or that value in the data)" % (f["name"], f["value"], f["name"])
+                )
+        return out
+
     def check_feeds(self, feeds: Dict[str, Any]) -> None:
         """Raise RunnerError (HTTP 400) for wrong names, dtypes or shapes."""
         specs = dict((s["name"], s) for s in self.manifest["inputs"])
