@@ -84,7 +84,16 @@ def test_merge_adds_each_variants_files_with_sha256_and_a_new_id(tmp_path):
     staged, report = _merged(tmp_path, b"wide model")
     manifest = bundle_mod.load(staged)  # every file present with its sha256
     names = {f["name"]: f for f in manifest["files"]}
-    assert set(names) == {"model.tflite", "io_layout.json", "sample_inputs.npz", "model.v1.tflite", "v1.io_layout.json"}
+    assert set(names) == {
+        "model.tflite",
+        "io_layout.json",
+        "sample_inputs.npz",
+        "model.v1.tflite",
+        "v1.io_layout.json",
+        "shape_samples.npz",
+    }
+    with np.load(staged / "shape_samples.npz") as z:  # the agent's benchmark times the other model with it
+        assert {k: z[k].shape for k in z.files} == {"v1.x": (1, 3, 48, 192)}
     assert (staged / "model.v1.tflite").read_bytes() == b"wide model" and names["model.v1.tflite"]["role"] == "model"
     assert manifest["model"] == "model.tflite"
     assert [(v["label"], v["shapes"], v["model"], v["files"]) for v in manifest["variants"]] == [
@@ -133,7 +142,14 @@ def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(tmp_
     assert "fixed per declared shape: 2 models (x=[1,3,48,96], x=[1,3,48,192])" in text, text
 
     report = deploy(out, local_device, runs=3, warmup=1)
-    assert report["input_shapes"] == {"x": [1, 3, 48, 96]}  # the bench times the typical model
+    assert report["input_shapes"] == {"x": [1, 3, 48, 96]}  # the bench times the typical model, then the others
+    assert [(t["label"], t["shapes"]["x"][3], t["runs"]) for t in report["by_shape"]] == [("v1", 192, 3)]
+    import jsonschema
+
+    from edgekit.report import schema
+
+    jsonschema.validate(report, schema())
+    jsonschema.validate(json.loads((out / "report.json").read_text()), schema())
     client = local_device.client
     reference = ort.InferenceSession(str(CLS), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
@@ -149,3 +165,56 @@ def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(tmp_
         "[1, 3, 48, {96,192}]"
     ), e.value.message
     assert client.health()["status"] == "ok"
+
+
+def test_the_agent_loads_each_variant_on_first_use_and_refuses_shapes_it_has_no_model_for():
+    """Two varying dimensions: [8, 16] passes the per-dimension allowed sizes but no model was built for it."""
+    from edgekit_agent.runners.base import Runner, RunnerError
+    from edgekit_agent.variants import make_runner
+
+    loaded = []
+
+    class Echo(Runner):
+        backend = "echo"
+
+        def load(self) -> None:
+            loaded.append(self.manifest["model"])
+
+        def run(self, feeds):
+            return {"model": self.manifest["model"], "runner": self.manifest["runner"]}
+
+        def describe(self):
+            return {"runtime": "echo"}
+
+    def spec(h, w):
+        return {"name": "x", "shape": [1, h, w], "dtype": "float32"}
+
+    allowed = [1, {"values": [8, 16]}, {"values": [8, 16]}]
+    manifest = {
+        "model": "model.bin",
+        "inputs": [dict(spec(8, 8), allowed=allowed)],
+        "runner": {"model_cache": False},
+        "variants": [
+            {"shapes": {"x": [1, 8, 8]}, "model": "model.bin", "inputs": [spec(8, 8)], "runner": {"k": 0}},
+            {"shapes": {"x": [1, 16, 16]}, "model": "model.v1.bin", "inputs": [spec(16, 16)], "runner": {"k": 1}},
+        ],
+    }
+    runner = make_runner(Echo, "/nowhere", manifest)
+    runner.load()
+    assert loaded == ["model.bin"]
+    big = {"x": np.zeros((1, 16, 16), np.float32)}
+    runner.check_feeds(big)
+    assert runner.run(big) == {"model": "model.v1.bin", "runner": {"k": 1, "model_cache": False}}
+    runner.run(big)
+    assert loaded == ["model.bin", "model.v1.bin"]  # loaded once, on first use
+    assert runner.run({"x": np.zeros((1, 8, 8), np.float32)})["model"] == "model.bin"
+    with pytest.raises(RunnerError) as e:
+        runner.check_feeds({"x": np.zeros((1, 8, 16), np.float32)})
+    assert e.value.status == 400 and str(e.value) == (
+        "input shapes x=[1, 8, 16] match none of the bundle's models; it has models for: x=[1, 8, 8]; x=[1, 16, 16]"
+    )
+    with pytest.raises(RunnerError, match=r"outside the shapes the bundle was built and checked for"):
+        runner.check_feeds({"x": np.zeros((1, 8, 32), np.float32)})
+    with pytest.raises(RunnerError, match=r"has dtype int32; the model wants float32"):
+        runner.check_feeds({"x": np.zeros((1, 8, 8), np.int32)})
+    assert [v["loaded"] for v in runner.describe()["variants"]] == [True, True]

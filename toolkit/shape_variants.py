@@ -19,7 +19,7 @@ import numpy as np
 
 from . import bundle as bundle_mod
 from . import fidelity
-from .shape_checks import fit
+from .shape_checks import SHAPE_SAMPLES, fit
 from .shapes import Choice, Decl, Range, as_decl, parse_input_shapes
 
 Point = Dict[str, List[int]]
@@ -105,6 +105,18 @@ def _fidelity(report: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def _shape_samples(staged: Path, others: Sequence[Tuple[str, Path]]) -> Optional[Path]:
+    """Each other variant's own sample, keys ``LABEL.INPUT``: the agent's benchmark times every model with it."""
+    arrays: Dict[str, Any] = {}
+    for label, src_dir in others:
+        with np.load(src_dir / "sample_inputs.npz", allow_pickle=False) as z:
+            arrays.update((f"{label}.{k}", z[k]) for k in z.files)
+    if not arrays or (staged / SHAPE_SAMPLES).exists():
+        return None
+    np.savez(staged / SHAPE_SAMPLES, **arrays)
+    return staged / SHAPE_SAMPLES
+
+
 def _allowed(variants: Sequence[Dict[str, Any]], name: str) -> List[Any]:
     """Per dimension: the size every variant has, else ``{"values": [...]}`` of theirs."""
     sizes = list(zip(*(v["shapes"][name] for v in variants)))
@@ -143,6 +155,9 @@ def merge(staged: Path, built: Sequence[Tuple[str, Point, Path]], output: Option
                          "runner": own.get("runner")})  # fmt: skip
         summaries.append({"label": label, "shapes": point, "model": model, "fidelity": _fidelity(sub_report)})
     manifest["variants"] = variants
+    samples = _shape_samples(staged, [(label, src_dir) for label, _, src_dir in built if label != "typical"])
+    if samples is not None:
+        manifest["files"].append(bundle_mod.file_entry(samples, samples.name, "shape_samples"))
     allowed = {s["name"]: _allowed(variants, s["name"]) for s in manifest["inputs"]}
     for s in manifest["inputs"]:
         if "allowed" in s or allowed[s["name"]] != s["shape"]:
