@@ -218,3 +218,47 @@ def test_the_agent_loads_each_variant_on_first_use_and_refuses_shapes_it_has_no_
     with pytest.raises(RunnerError, match=r"has dtype int32; the model wants float32"):
         runner.check_feeds({"x": np.zeros((1, 8, 8), np.int32)})
     assert [v["loaded"] for v in runner.describe()["variants"]] == [True, True]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["paddlelite", "mindspore-lite"])
+def test_tool_environment_backends_get_one_model_per_width_and_the_agent_serves_each(tmp_path, agent_roots, backend):
+    """Paddle Lite and MindSpore Lite (converters and runtimes in their tool environments): the same classifier at
+    widths 96 and 192, each model with its own files, served by an agent under the environment's Python."""
+    import onnxruntime as ort
+
+    from edgekit import toolenvs
+    from edgekit.converters import get
+    from edgekit.deployer import deploy
+    from edgekit.device import open_device
+    from edgekit_sdk.client import AgentHTTPError
+
+    be = get(backend)
+    if toolenvs.state(be.toolenv).get("interpreter_missing"):
+        pytest.skip(f"no Python for the {backend} tool environment on this machine")
+    env_python = toolenvs.ensure(be.toolenv, log=print)
+    out = tmp_path / backend
+    r = edgekit.build(CLS, "host", out, backend=backend, precision="fp32", input_shapes=["x=1,3,48,[96,192]"],
+                      name="cls", use_cache=False)  # fmt: skip
+    checked = [(v["shapes"]["x"][3], v["fidelity"]["passed"]) for v in r["shapes"]["variants"]]
+    assert checked == [(96, True), (192, True)]
+    manifest = bundle_mod.load(out)
+    typical, wide = manifest["variants"]
+    assert typical["model"] == manifest["model"] and wide["model"].startswith("model.v1.")
+    assert all(name.startswith(("model.v1.", "v1.")) for name in wide["files"]) and len(wide["files"]) == len(
+        typical["files"]
+    )
+    root = agent_roots("device", python=str(env_python))
+    with open_device("local", device_python=str(env_python), device_root=str(root), backend=backend) as dev:
+        report = deploy(out, dev, runs=3, warmup=1)
+        assert report["device_fidelity"]["passed"] and [t["label"] for t in report["by_shape"]] == ["v1"]
+        reference = ort.InferenceSession(str(CLS), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(1)
+        for width in (96, 192):
+            x = rng.standard_normal((1, 3, 48, width)).astype(np.float32)
+            (want,) = reference.run(None, {"x": x})
+            (got,) = dev.client.infer("cls", {"x": x}).values()
+            np.testing.assert_allclose(got, want, atol=1e-4)
+        with pytest.raises(AgentHTTPError) as e:
+            dev.client.infer("cls", {"x": np.zeros((1, 3, 48, 128), np.float32)})
+        assert e.value.status == 400 and "[1, 3, 48, {96,192}]" in e.value.message, e.value.message
