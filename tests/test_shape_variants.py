@@ -262,3 +262,19 @@ def test_tool_environment_backends_get_one_model_per_width_and_the_agent_serves_
         with pytest.raises(AgentHTTPError) as e:
             dev.client.infer("cls", {"x": np.zeros((1, 3, 48, 128), np.float32)})
         assert e.value.status == 400 and "[1, 3, 48, {96,192}]" in e.value.message, e.value.message
+
+
+def test_npz_data_is_cropped_or_wrapped_to_each_models_shape(tmp_path):
+    from edgekit.shape_variants import fit_data
+
+    x = np.arange(4 * 3 * 2 * 4, dtype=np.float32).reshape(4, 3, 2, 4)
+    np.savez(tmp_path / "val.npz", x=x, label=np.arange(4))
+    wide = fit_data(tmp_path / "val.npz", {"x": [1, 3, 2, 6]}, tmp_path / "v1")
+    with np.load(wide) as z:
+        assert z["x"].shape == (4, 3, 2, 6) and np.array_equal(z["x"][..., 4:], x[..., :2])  # wrapped
+        assert np.array_equal(z["label"], np.arange(4))  # other arrays as they were
+    np.save(tmp_path / "one.npy", x)
+    with np.load(fit_data(tmp_path / "one.npy", {"x": [1, 3, 2, 3]}, tmp_path / "v2")) as z:
+        assert np.array_equal(z["x"], x[..., :3])  # cropped
+    assert fit_data(tmp_path, {"x": [1, 3, 2, 3]}, tmp_path / "v3") == tmp_path  # a folder is read as given
+    assert fit_data(None, {"x": [1]}, tmp_path / "v4") is None
