@@ -113,18 +113,35 @@ def test_merge_adds_each_variants_files_with_sha256_and_a_new_id(tmp_path):
         bundle_mod.load(staged)
 
 
-@pytest.mark.e2e
-def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(tmp_path, local_device):
-    """PaddleOCR's text-direction classifier (x float[-1,3,?,?]) for TFLite at widths 96 and 192: one bundle, two
-    static models, each checked at its width; the agent answers at each width as the reference does."""
+@pytest.fixture(scope="module")
+def cls_tflite(tmp_path_factory):
+    """PaddleOCR's text-direction classifier (x float[-1,3,?,?]) built for TFLite at widths 96 and 192."""
+    out = tmp_path_factory.mktemp("bundles") / "cls"
+    r = edgekit.build(CLS, "host", out, backend="tflite", precision="fp32", input_shapes=["x=1,3,48,[96,192]"],
+                      name="cls", use_cache=False)  # fmt: skip
+    return out, r
+
+
+def _answers_as_the_reference_at_each_width(client, widths=(96, 192)):
     import onnxruntime as ort
 
+    reference = ort.InferenceSession(str(CLS), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for width in widths:
+        x = rng.standard_normal((1, 3, 48, width)).astype(np.float32)
+        (want,) = reference.run(None, {"x": x})
+        (got,) = client.infer("cls", {"x": x}).values()
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+@pytest.mark.e2e
+def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(cls_tflite, local_device):
+    """One bundle, two static models, each checked at its width; the agent answers at each width as the reference
+    does and refuses another width."""
     from edgekit.deployer import deploy
     from edgekit_sdk.client import AgentHTTPError
 
-    out = tmp_path / "cls"
-    r = edgekit.build(CLS, "host", out, backend="tflite", precision="fp32", input_shapes=["x=1,3,48,[96,192]"],
-                      name="cls", use_cache=False)  # fmt: skip
+    out, r = cls_tflite
     shapes = r["shapes"]
     assert not shapes["dynamic"] and shapes["allowed"] == {"x": [1, 3, 48, {"values": [96, 192]}]}
     assert [(v["shapes"]["x"][3], v["model"], v["fidelity"]["passed"]) for v in shapes["variants"]] == [
@@ -151,13 +168,7 @@ def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(tmp_
     jsonschema.validate(report, schema())
     jsonschema.validate(json.loads((out / "report.json").read_text()), schema())
     client = local_device.client
-    reference = ort.InferenceSession(str(CLS), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    for width in (96, 192):
-        x = rng.standard_normal((1, 3, 48, width)).astype(np.float32)
-        (want,) = reference.run(None, {"x": x})
-        (got,) = client.infer("cls", {"x": x}).values()
-        np.testing.assert_allclose(got, want, atol=1e-4)
+    _answers_as_the_reference_at_each_width(client)
     with pytest.raises(AgentHTTPError) as e:
         client.infer("cls", {"x": np.zeros((1, 3, 48, 128), np.float32)})
     assert e.value.status == 400 and e.value.message.endswith(
@@ -165,6 +176,30 @@ def test_tflite_gets_one_model_per_declared_width_and_the_agent_serves_each(tmp_
         "[1, 3, 48, {96,192}]"
     ), e.value.message
     assert client.health()["status"] == "ok"
+
+
+@pytest.mark.e2e
+def test_encrypted_at_rest_every_model_is_loaded_while_its_files_are_decrypted(cls_tflite, agent_roots, tmp_path):
+    """Sealed files are decrypted for the load only: the agent loads every model then, and serves each width."""
+    import glob
+
+    from test_agent_atrest import agent, key_file
+
+    from edgekit.deployer import deploy, open_device
+
+    root = agent_roots("device")
+    key = key_file(tmp_path / "model.key")
+    code, state, err = agent(root, "start", "--encrypt-key", str(key))
+    assert code == 0, err
+    shm_before = set(glob.glob("/dev/shm/edgekit-model-*"))
+    dev = open_device("local", device_root=str(root))
+    try:
+        deploy(cls_tflite[0], dev, bench=False)
+        assert dev.state["encrypt"]["key_id"] == state["encrypt"]["key_id"]
+        _answers_as_the_reference_at_each_width(dev.client, widths=(192, 96))
+        assert set(glob.glob("/dev/shm/edgekit-model-*")) == shm_before
+    finally:
+        dev.close()
 
 
 def test_the_agent_loads_each_variant_on_first_use_and_refuses_shapes_it_has_no_model_for():
