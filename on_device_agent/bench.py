@@ -202,6 +202,7 @@ def run_bench(
     import sys
 
     from . import runners
+    from .variants import VariantRunner, make_runner
 
     runner_cls = runners.get(manifest["backend"])
     if runner_cls.runtime_version() is None:
@@ -209,7 +210,7 @@ def run_bench(
             "%s is not installed for this device's Python (%s): %s"
             % (runner_cls.runtime, sys.executable, runner_cls.install_hint)
         )
-    runner = runner_cls(bundle_dir, manifest, threads=threads, providers=providers)
+    runner = make_runner(runner_cls, bundle_dir, manifest, threads=threads, providers=providers)
     feeds, synthetic = load_inputs(bundle_dir, manifest)
     rss_before = rss_mb()
     runner.load()
@@ -245,6 +246,8 @@ def run_bench(
         "measured_by": "edgekit-agent one-shot bench (fresh process)",
     }
     report.update(runner.describe())
+    if isinstance(runner, VariantRunner):
+        runner.load_all()  # one model per declared shape: each is timed at its shape below
     by_shape = bench_shapes(runner, bundle_dir, runs, warmup)
     if by_shape:
         report["by_shape"] = by_shape

@@ -26,6 +26,7 @@ from .sessions import MAX_SESSIONS, TTL_S, SessionTable
 from .store import Store, StoreError, check_name, uncached
 from .telemetry import Recorder
 from .traffic import TrafficSplit
+from .variants import VariantRunner, make_runner
 
 
 class LoadedModel(object):
@@ -195,8 +196,10 @@ class AgentService(Serving):
         with self.store.opened(bundle_dir, manifest) as plain_dir:
             runner_cls = runners.get(manifest["backend"])
             runner_manifest = manifest if plain_dir == bundle_dir else uncached(manifest)
-            runner = runner_cls(plain_dir, runner_manifest, threads=threads, providers=providers)
+            runner = make_runner(runner_cls, plain_dir, runner_manifest, threads=threads, providers=providers)
             runner.load()
+            if plain_dir != bundle_dir and isinstance(runner, VariantRunner):
+                runner.load_all()  # the decrypted files are gone after this block
             t0 = time.perf_counter()
             if warmup > 0:
                 from .bench import load_inputs

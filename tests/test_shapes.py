@@ -207,17 +207,27 @@ def test_text_encoder_with_dynamic_length_builds_without_input_shape(zoo, tmp_pa
 
 @pytest.mark.e2e
 def test_an_accelerator_that_needs_static_shapes_gets_them_fixed_and_the_report_says_so(zoo, tmp_path):
-    """Pixel 8: ONNX Runtime with NNAPI first, which needs static shapes: fixed at the typical width."""
+    """Pixel 8: ONNX Runtime with NNAPI first, which needs static shapes: one static model per declared point
+    (min, typical, max of the range), each checked at its own width; the typical one is the bundle's model."""
     out = tmp_path / "pixel"
     r = edgekit.build(zoo / "ppocr_v4_rec.onnx", "pixel-8", out, precision="fp32",
                       input_shapes=["x=1,3,48,[160:960]"], use_cache=False)  # fmt: skip
     assert not r["shapes"]["dynamic"] and r["inputs"][0]["shape"] == [1, 3, 48, 480]
-    assert r["shapes"]["allowed"] == {"x": [1, 3, 48, 480]}
-    assert "NNAPIExecutionProvider needs static shapes: fixed at x=[1, 3, 48, 480]" in r["shapes"]["fixed_because"]
+    assert r["shapes"]["allowed"] == {"x": [1, 3, 48, {"values": [160, 480, 960]}]}
+    assert r["shapes"]["fixed_because"] == (
+        "the profile's NNAPIExecutionProvider needs static shapes: fixed per declared shape, one model each"
+    )
     assert any(w.startswith("static shapes: the profile's NNAPIExecutionProvider") for w in r["warnings"])
     assert all(not s.get("at_shapes") for s in r["fidelity"]["steps"])
+    assert [(v["shapes"]["x"][3], v["fidelity"]["passed"]) for v in r["shapes"]["variants"]] == [
+        (160, True),
+        (480, True),
+        (960, True),
+    ]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["inputs"][0]["allowed"] == [1, 3, 48, 480]
+    assert manifest["inputs"][0]["allowed"] == [1, 3, 48, {"values": [160, 480, 960]}]
+    assert [v["inputs"][0]["shape"][3] for v in manifest["variants"]] == [160, 480, 960]
+    assert manifest["model"] == manifest["variants"][1]["model"]
 
 
 @pytest.mark.e2e
@@ -232,11 +242,19 @@ def test_without_data_a_dynamic_width_asks_for_a_size_or_a_range(zoo, tmp_path):
 @pytest.mark.e2e
 def test_tflite_gets_the_typical_shape_fixed_and_says_why(zoo, tmp_path):
     """The LiteRT model onnx2tf makes from the recogniser does not survive resize_tensor_input (XNNPACK cannot
-    reshape it), so TFLite builds are static: fixed at the typical width, checked there."""
+    reshape it), so TFLite builds are static: one model per declared point, each checked at its width."""
     r = edgekit.build(zoo / "ppocr_v4_rec.onnx", "host", tmp_path / "tfl", backend="tflite", precision="fp32",
                       input_shapes=["x=1,3,48,[160:960]"], use_cache=False)  # fmt: skip
-    assert not r["shapes"]["dynamic"] and r["shapes"]["allowed"] == {"x": [1, 3, 48, 480]}
-    assert "static shapes: tflite runs static shapes only in this release: fixed at x=[1, 3, 48, 480]" in r["warnings"]
+    assert not r["shapes"]["dynamic"] and r["shapes"]["allowed"] == {"x": [1, 3, 48, {"values": [160, 480, 960]}]}
+    assert (
+        "static shapes: tflite runs static shapes only in this release: fixed per declared shape, one model each"
+        in r["warnings"]
+    )
+    assert [(v["model"], v["shapes"]["x"][3], v["fidelity"]["passed"]) for v in r["shapes"]["variants"]] == [
+        ("model.v1.tflite", 160, True),
+        ("model.tflite", 480, True),
+        ("model.v2.tflite", 960, True),
+    ]
 
 
 @pytest.mark.e2e

@@ -17,8 +17,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import build_specialise, converters, progress
+from . import build_specialise, converters, profiles, progress, shape_variants
 from . import bundle as bundle_mod
+from . import shape_text as shape_lines
 from .build_check import StepChecker, resolve
 from .build_options import BuildOptions
 from .build_prepare import CACHE_EPOCH, CALIB_SAMPLES, FIDELITY_SAMPLES, Prepared, prepare  # noqa: F401
@@ -26,6 +27,8 @@ from .build_write import write_bundle
 from .errors import ModelError
 from .host_timing import SLOWER
 from .report import write_report
+from .shape_checks import shape_text
+from .shapes import static_reason
 
 
 def build(model: Any, profile: Any, output: Any, options: Optional[BuildOptions] = None, **kwargs: Any) -> Dict:
@@ -54,6 +57,14 @@ def build(model: Any, profile: Any, output: Any, options: Optional[BuildOptions]
     its decoder tail in float (:mod:`edgekit.converters.heads`); False builds and judges the plain INT8 model.
     """
     opts = BuildOptions.of(options, **kwargs)
+    declared = _variant_declaration(profile, opts)
+    if declared:
+        return _build_variants(model, profile, output, opts, declared)
+    return _build_choosing(model, profile, output, opts)
+
+
+def _build_choosing(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dict[str, Any]:
+    """One build; ``precision="auto"`` on the host profile falls back to fp32 where it measured faster."""
     report = _build_one(model, profile, output, opts)
     measured = report.get("host_latency")
     if (
@@ -82,6 +93,61 @@ def build(model: Any, profile: Any, output: Any, options: Optional[BuildOptions]
         }
         write_report(Path(output), report)
     return report
+
+
+def _variant_declaration(profile: Any, opts: BuildOptions) -> Optional[Dict[str, List[Any]]]:
+    """The declared shapes when this build needs static shapes and they vary (one model per point), else None.
+
+    Anything wrong with the profile or backend is left to the ordinary build, which says what."""
+    if opts.stream or not opts.input_shapes:
+        return None
+    try:
+        declared = shape_variants.declaration(opts.input_shapes)
+        prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
+        be = converters.get(opts.backend)
+        static = static_reason(opts.backend, be.row.dynamic_shapes, prof.backend(opts.backend))
+    except Exception:  # the ordinary build reports it
+        return None
+    varies = any(not isinstance(d, int) and d is not None for dims in declared.values() for d in dims)
+    return declared if static and varies else None
+
+
+def _build_variants(model: Any, profile: Any, output: Any, opts: BuildOptions, declared: Dict) -> Dict[str, Any]:
+    """One static model per declared point (edgekit.shape_variants), merged into one bundle at ``output``."""
+    t0 = time.perf_counter()
+    log = opts.log or (lambda m: None)
+    bundle_mod.check_output(output)
+    work = Path(tempfile.mkdtemp(prefix="edgekit-variants-"))
+    try:
+        report = _build_choosing(model, profile, work / "typical", opts)
+        typical = {s["name"]: list(s["shape"]) for s in report["inputs"]}
+        points = shape_variants.points(declared, typical)
+        built = []
+        for label, point in points:
+            if label == "typical":
+                built.append((label, point, work / "typical"))
+                continue
+            log(f"static shapes: building the model for {shape_text(point)} ({label})")
+            sub = opts.replace(
+                input_shapes=point,
+                precision=report["precision"],
+                calib=shape_variants.fit_data(opts.calib, point, work / f"data.{label}" / "calib"),
+                val=shape_variants.fit_data(opts.val, point, work / f"data.{label}" / "val"),
+            )
+            _build_one(model, profile, work / label, sub)
+            built.append((label, point, work / label))
+
+        def merge(staged: Path) -> Dict[str, Any]:
+            merged = shape_variants.merge(staged, built, Path(output))
+            merged["build_seconds"] = round(time.perf_counter() - t0, 3)
+            write_report(staged, merged)
+            return merged
+
+        merged = bundle_mod.publish_copy(work / "typical", output, merge)
+        log(shape_lines.variants(merged["shapes"]))
+        return merged
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _reference_outputs(be: Any, reference_path: Path, dataset: Any, session: Any = None) -> List[dict]:

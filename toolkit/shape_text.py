@@ -30,8 +30,19 @@ def plan(section: Optional[Dict[str, Any]]) -> List[str]:
     lines = [f"  shapes     {kind}: {allowed}"]
     if section.get("fixed_because"):
         lines.append(f"             {section['fixed_because']}")
+    if section.get("variants"):
+        lines.append(f"             {variants(section)}")
+        for v in section["variants"]:
+            ok = "ok" if v["fidelity"]["passed"] else "DEGRADED"
+            lines.append(f"               {v['model']} @ {_shapes(v['shapes'])}: fidelity {ok}")
     points = "; ".join(f"{p['label']} {_shapes(p['shapes'])}" for p in section["points"])
     return lines + [f"             checked and benchmarked at: {points}"]
+
+
+def variants(section: Dict[str, Any]) -> str:
+    """``fixed per declared shape: 3 models (x=[1,3,48,160], ...)`` (edgekit.shape_variants)."""
+    shapes = ", ".join(_shapes(v["shapes"]) for v in section["variants"])
+    return f"fixed per declared shape: {len(section['variants'])} models ({shapes})"
 
 
 def step(record: Dict[str, Any], summary: Callable[[Dict[str, Any]], str]) -> List[str]:
