@@ -292,10 +292,11 @@ def pythons():
                 stderr=subprocess.DEVNULL,
                 timeout=20,
             )
-            version = (r.stdout.decode().strip() or None) if r.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
-            version = None
-        found.append({"name": name, "path": path, "version": version})
+            continue
+        version = r.stdout.decode("utf-8", "replace").strip()
+        if r.returncode == 0 and version:  # a launcher that runs no Python (a pyenv shim of none) is not one
+            found.append({"name": name, "path": path, "version": version})
     return {"running": platform.python_version(), "executable": sys.executable or None, "found": found}
 
 

@@ -1,4 +1,4 @@
-"""A device profile written from what :func:`edgekit.device_probe.device_probe` read on the device.
+"""A device profile written from what :func:`edgekit.probe.device_probe` read on the device.
 
     profile_from_probe(name, info) -> (data, todos)   the profile dict (validated) and what is left to the user
     profile_toml(data, todos) -> str                  the TOML text, each TODO a comment in its section
