@@ -116,13 +116,30 @@ def parse_cpuinfo(text):
     return common, processors
 
 
-def cpu_flags(common, processors):
-    """The flags every CPU has (x86 ``flags``, ARM ``Features``), sorted."""
-    sets = [set(p.get("flags", p.get("Features", "")).split()) for p in processors]
+def is_arm(machine):
+    machine = (machine or "").lower()
+    return machine.startswith("arm") or machine == "aarch64"
+
+
+def cpu_flags(common, processors, machine=None):
+    """The flags every CPU has (x86 ``flags``, ARM ``Features``: the key of ``machine``'s kind if given), sorted."""
+    keys = (("Features",) if is_arm(machine) else ("flags",)) if machine else ("flags", "Features")
+    sets = [set(next((p[k] for k in keys if k in p), "").split()) for p in processors]
     sets = [s for s in sets if s]
-    if not sets and (common.get("flags") or common.get("Features")):
-        sets = [set((common.get("flags") or common.get("Features")).split())]
+    shared = next((common[k] for k in keys if common.get(k)), None)
+    if not sets and shared:
+        sets = [set(shared.split())]
     return sorted(set.intersection(*sets)) if sets else []
+
+
+def describes(machine, common, processors):
+    """Whether /proc/cpuinfo is this CPU's: under user-mode emulation (qemu-user) it is the host's."""
+    keys = set(common).union(*processors) if processors else set(common)
+    if is_arm(machine):
+        return bool(keys & {"Features", "CPU implementer", "CPU architecture"})
+    if (machine or "").lower() in ("x86_64", "amd64", "i386", "i686"):
+        return bool(keys & {"flags", "vendor_id"})
+    return True
 
 
 def features(flags):
@@ -191,14 +208,17 @@ def auxv_flags():
 
 
 def cpu():
+    machine = platform.machine()
     common, processors = parse_cpuinfo(read("/proc/cpuinfo"))
-    flags = set(cpu_flags(common, processors)) | set(auxv_flags())
+    if not describes(machine, common, processors):
+        common, processors = {}, []  # another CPU's cpuinfo: nothing in it is this one's
+    flags = set(cpu_flags(common, processors, machine)) | set(auxv_flags())
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = None
     return {
-        "machine": platform.machine() or None,
+        "machine": machine or None,
         "model": cpu_model(common, processors),
         "count": os.cpu_count(),
         "usable": usable,
