@@ -162,15 +162,18 @@ def test_profiles_create_from_the_local_device(tmp_path):
 
 
 @pytest.mark.e2e
-def test_probe_over_ssh(sshd, tmp_path):
+def test_probe_over_ssh_with_the_oldest_python(sshd, tmp_path):
+    from harness.pythons import find_python
+
     from edgekit import device_probe
     from edgekit.device import open_device
 
+    python = find_python("3.7") or sys.executable
     root = tmp_path / "remote"
     with open_device(
         "ssh",
         f"{sshd.user}@{sshd.host}:{sshd.port}",
-        device_python=sys.executable,
+        device_python=python,
         device_root=str(root),
         key_file=sshd.client_key,
         known_hosts=sshd.known_hosts,
@@ -178,7 +181,22 @@ def test_probe_over_ssh(sshd, tmp_path):
         info = device_probe(dev)
     assert info["transport"] == "ssh" and (root / "probe.py").is_file()
     assert (info["cpu"]["machine"], info["cpu"]["count"]) == (platform.machine(), os.cpu_count())
-    assert info["pythons"]["running"] == platform.python_version()
+    assert info["pythons"]["executable"] == python
+
+
+@pytest.mark.e2e
+def test_probe_over_a_serial_line(tmp_path):
+    pytest.importorskip("serial")
+    from harness.serialdev import Cable
+
+    home = tmp_path / "device-home"
+    home.mkdir()
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    with Cable(env={"PATH": path, "HOME": str(home), "PS1": "$ ", "ENV": ""}) as cable:
+        p = run_cli("device", "probe", "--serial", cable.port, "--device-root", tmp_path / "d", "--json", check=0)
+    info = one_json(p.stdout)
+    assert info["transport"] == "serial" and info["cpu"]["machine"] == platform.machine()
+    assert abs(info["memory"]["total_kb"] - mem_total_kb()) <= mem_total_kb() / 100
 
 
 @pytest.mark.slow
