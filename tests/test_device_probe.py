@@ -114,6 +114,38 @@ def test_what_cannot_be_profiled_is_refused_clearly(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+GETPROP = """#!/bin/sh
+case "$1" in
+  ro.soc.model) echo SM8650 ;;
+  ro.soc.manufacturer) echo QTI ;;
+  ro.product.model) echo SM-S921B ;;
+  ro.build.version.sdk) echo 34 ;;
+  *) echo ;;
+esac
+"""
+
+
+def test_android_properties_through_getprop(tmp_path):
+    """A device with ``getprop`` (Android): its properties, the NNAPI level of its API level, os.family android."""
+    import json
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "getprop").write_text(GETPROP)
+    (bin_dir / "getprop").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    p = subprocess.run([sys.executable, probe.__file__], capture_output=True, text=True, env=env, check=True)
+    info = json.loads(p.stdout)
+    android = info["os"]["android"]
+    assert android["properties"]["ro.soc.model"] == "SM8650" and android["properties"]["ro.hardware"] is None
+    assert android["nnapi_feature_level"] == 7
+    data, todos = profile_from_probe("phone", dict(info, transport="adb"))
+    assert data["os"]["family"] == "android" and data["cpu"]["soc"] == "SM8650"
+    assert data["description"].startswith("SM-S921B (") and data["agent"]["transport"] == "adb"
+    assert any("NNAPI feature level 7 (Android API 34)" in t for t in todos["accelerators"])
+
+
 def mem_total_kb():
     with open("/proc/meminfo") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
