@@ -24,6 +24,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 PROBE_VERSION = 1
 
@@ -89,7 +90,7 @@ ANDROID_PROPS = ("ro.soc.model", "ro.soc.manufacturer", "ro.product.model", "ro.
 NNAPI_LEVELS = {27: 1, 28: 2, 29: 3, 30: 4, 31: 5, 32: 5, 33: 6, 34: 7, 35: 8}
 
 
-def read(path):
+def read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
             return f.read()
@@ -98,9 +99,11 @@ def read(path):
 
 
 # -- /proc/cpuinfo -------------------------------------------------------------------
-def parse_cpuinfo(text):
+def parse_cpuinfo(text: Optional[str]) -> Tuple[Dict[str, str], List[Dict[str, Any]]]:
     """``(common, processors)``: the key/values outside any processor block and one dict per ``processor``."""
-    common, processors, current = {}, [], None
+    common: Dict[str, str] = {}
+    processors: List[Dict[str, Any]] = []
+    current: Optional[Dict[str, Any]] = None
     for line in (text or "").splitlines():
         key, sep, value = line.partition(":")
         if not sep:
@@ -116,12 +119,12 @@ def parse_cpuinfo(text):
     return common, processors
 
 
-def is_arm(machine):
+def is_arm(machine: Optional[str]) -> bool:
     machine = (machine or "").lower()
     return machine.startswith("arm") or machine == "aarch64"
 
 
-def cpu_flags(common, processors, machine=None):
+def cpu_flags(common: Dict[str, str], processors: List[Dict[str, Any]], machine: Optional[str] = None) -> List[str]:
     """The flags every CPU has (x86 ``flags``, ARM ``Features``: the key of ``machine``'s kind if given), sorted."""
     keys = (("Features",) if is_arm(machine) else ("flags",)) if machine else ("flags", "Features")
     sets = [set(next((p[k] for k in keys if k in p), "").split()) for p in processors]
@@ -132,7 +135,7 @@ def cpu_flags(common, processors, machine=None):
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def describes(machine, common, processors):
+def describes(machine: Optional[str], common: Dict[str, str], processors: List[Dict[str, Any]]) -> bool:
     """Whether /proc/cpuinfo is this CPU's: under user-mode emulation (qemu-user) it is the host's."""
     keys = set(common).union(*processors) if processors else set(common)
     if is_arm(machine):
@@ -142,13 +145,13 @@ def describes(machine, common, processors):
     return True
 
 
-def features(flags):
+def features(flags: Iterable[str]) -> List[str]:
     """Flags under edgekit's names (``asimddp`` -> ``dotprod``, ``avx512_vnni`` stays), sorted."""
     table = dict(X86_FEATURES, **ARM_FEATURES)
     return sorted({table[f] for f in flags if f in table})
 
 
-def cpu_model(common, processors):
+def cpu_model(common: Dict[str, str], processors: List[Dict[str, Any]]) -> Optional[str]:
     first = processors[0] if processors else {}
     for key in ("model name", "Processor", "cpu model", "uarch"):
         value = first.get(key) or common.get(key)
@@ -157,11 +160,11 @@ def cpu_model(common, processors):
     return common.get("Hardware") or common.get("Model")
 
 
-def clusters(processors, max_freq_khz):
+def clusters(processors: List[Dict[str, Any]], max_freq_khz: Dict[int, int]) -> List[Dict[str, Any]]:
     """CPUs grouped by (core type, max frequency), the biggest first: ``[{"cpus", "core", "part", "max_freq_khz"}]``.
 
     ``max_freq_khz`` maps a CPU index to its cpufreq ``cpuinfo_max_freq`` (absent where not readable)."""
-    groups = {}
+    groups: Dict[Tuple[Optional[str], Optional[int]], Dict[str, Any]] = {}
     indices = [p["processor"] for p in processors] or sorted(max_freq_khz)
     by_index = {p["processor"]: p for p in processors}
     for cpu in indices:
@@ -177,7 +180,7 @@ def clusters(processors, max_freq_khz):
     return sorted(groups.values(), key=lambda g: (-(g["max_freq_khz"] or 0), g["cpus"][0]))
 
 
-def cpufreq_max():
+def cpufreq_max() -> Dict[int, int]:
     out = {}
     for path in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq"):
         m = re.search(r"/cpu(\d+)/cpufreq/", path)
@@ -187,7 +190,7 @@ def cpufreq_max():
     return out
 
 
-def auxv_flags():
+def auxv_flags() -> List[str]:
     """aarch64 flags from this process's AT_HWCAP/AT_HWCAP2 (what getauxval returns), or [] elsewhere."""
     if platform.machine().lower() not in ("aarch64", "arm64"):
         return []
@@ -207,7 +210,7 @@ def auxv_flags():
     return names + [n for bit, n in HWCAP2_BITS.items() if hwcap2 >> bit & 1]
 
 
-def cpu():
+def cpu() -> Dict[str, Any]:
     machine = platform.machine()
     common, processors = parse_cpuinfo(read("/proc/cpuinfo"))
     if not describes(machine, common, processors):
@@ -229,7 +232,7 @@ def cpu():
 
 
 # -- the rest ------------------------------------------------------------------------
-def meminfo(text):
+def meminfo(text: Optional[str]) -> Dict[str, Optional[int]]:
     out = {}
     for line in (text or "").splitlines():
         parts = line.split()
@@ -238,7 +241,7 @@ def meminfo(text):
     return {"total_kb": out.get("MemTotal"), "available_kb": out.get("MemAvailable")}
 
 
-def os_release(text):
+def os_release(text: Optional[str]) -> Dict[str, str]:
     out = {}
     for line in (text or "").splitlines():
         key, sep, value = line.partition("=")
@@ -247,7 +250,7 @@ def os_release(text):
     return out
 
 
-def getprop(name):
+def getprop(name: str) -> Optional[str]:
     try:
         r = subprocess.run(["getprop", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -255,7 +258,7 @@ def getprop(name):
     return r.stdout.decode("utf-8", "replace").strip() or None
 
 
-def android():
+def android() -> Optional[Dict[str, Any]]:
     if not shutil.which("getprop"):
         return None
     props = {name: getprop(name) for name in ANDROID_PROPS}
@@ -264,7 +267,7 @@ def android():
     return {"properties": props, "nnapi_feature_level": level}
 
 
-def operating_system():
+def operating_system() -> Dict[str, Any]:
     release = os_release(read("/etc/os-release"))
     return {
         "system": platform.system() or None,
@@ -276,7 +279,7 @@ def operating_system():
     }
 
 
-def libc():
+def libc() -> Dict[str, Optional[str]]:
     try:
         glibc = os.confstr("CS_GNU_LIBC_VERSION")
     except (AttributeError, ValueError, OSError):
@@ -297,7 +300,7 @@ def libc():
     return {"name": name or None, "version": version or None}
 
 
-def pythons():
+def pythons() -> Dict[str, Any]:
     found, seen = [], set()
     names = ["python3"] + ["python3.%d" % minor for minor in range(6, 20)]
     for name in names:
@@ -320,7 +323,7 @@ def pythons():
     return {"running": platform.python_version(), "executable": sys.executable or None, "found": found}
 
 
-def accelerators():
+def accelerators() -> Dict[str, List[str]]:
     icd_dirs = ("/etc/vulkan/icd.d", "/usr/share/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
     return {
         "dri": sorted(glob.glob("/dev/dri/*")),
@@ -332,7 +335,7 @@ def accelerators():
     }
 
 
-def thermal():
+def thermal() -> List[Dict[str, Any]]:
     zones = []
     for path in sorted(glob.glob("/sys/class/thermal/thermal_zone*"), key=lambda p: int(re.sub(r"\D", "", p) or 0)):
         kind = (read(path + "/type") or "").strip() or None
@@ -342,7 +345,7 @@ def thermal():
     return zones
 
 
-def disk(path):
+def disk(path: str) -> Dict[str, Any]:
     path = os.path.expanduser(path)
     while path and not os.path.exists(path):
         parent = os.path.dirname(path)
@@ -356,7 +359,7 @@ def disk(path):
     return {"path": path, "free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
 
 
-def probe(root="~"):
+def probe(root: str = "~") -> Dict[str, Any]:
     return {
         "probe_version": PROBE_VERSION,
         "os": operating_system(),
@@ -370,7 +373,7 @@ def probe(root="~"):
     }
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = argv[argv.index("--root") + 1] if "--root" in argv[:-1] else "~"
     print(json.dumps(probe(root), sort_keys=True))
