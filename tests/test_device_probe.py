@@ -191,6 +191,8 @@ def test_profiles_create_from_the_local_device(tmp_path):
     run_cli(*args, "--force", check=0)
     p = run_cli("profiles", "create", "thisbox", "--local", check=1)
     assert "--from-device" in p.stderr
+    p = run_cli("profiles", "list", "--from-device", "--local", check=1)
+    assert "--from-device applies to `edgekit profiles create" in p.stderr
 
 
 @pytest.mark.e2e

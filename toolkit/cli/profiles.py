@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "create":
         return run_create(args)
+    for given, flag in ((args.from_device, "--from-device"), (args.force, "--force"), (args.output != ".", "-o")):
+        if given:
+            raise EdgekitError(f"{flag} applies to `edgekit profiles create NAME --from-device`, not to {args.action}")
     if args.action == "show":
         if not args.name:
             raise EdgekitError("usage: edgekit profiles show NAME")
