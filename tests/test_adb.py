@@ -195,6 +195,17 @@ def test_several_devices_need_a_serial_or_all(lab, phones, tiny_bundle):
     assert p.returncode == 4 and "deploy" in p.stderr
 
 
+def test_device_probe_over_adb(lab, phones):
+    """``device probe --adb``: the probe script pushed to the device root and run there, no agent started."""
+    (phone,) = phones()
+    p = lab.cli("device", "probe", "--adb", phone.serial, "--device-python", sys.executable, "--device-root", ROOT,
+                "--json", check=0)  # fmt: skip
+    info = json.loads(p.stdout)
+    assert info["transport"] == "adb" and info["disk"]["path"] == str(phone.root)
+    assert info["cpu"]["machine"] == os.uname().machine and info["cpu"]["count"] == os.cpu_count()
+    assert (phone.root / "probe.py").is_file() and not (phone.root / "agent").exists()
+
+
 def test_no_device_is_a_clear_error(lab, tiny_bundle, tmp_path):
     p = lab.cli("deploy", tiny_bundle, "--adb", "--device-python", sys.executable, "--device-root", tmp_path / "r")
     assert p.returncode == 4

@@ -47,6 +47,8 @@ _LAZY = {
     "profile": "layer_profile",
     "connect": "transports",
     "open_device": "device",
+    "device_probe": "probe",
+    "create_profile": "profile_create",
     "parse_url": "transports",
     "doctor": "diagnostics",
 }
@@ -77,7 +79,9 @@ __all__ = [
     "bench",
     "build",
     "connect",
+    "create_profile",
     "deploy",
+    "device_probe",
     "doctor",
     "open_device",
     "parse_url",

@@ -241,15 +241,21 @@ def _normalise_arch(machine: str) -> str:
     return machine
 
 
-def detect_host() -> Profile:
-    """A profile for the machine edgekit runs on, read from /proc and the installed runtimes."""
-    flags, model = _cpuinfo()
-    arch = _normalise_arch(platform.machine())
+def isa_of(arch: str, flags: Iterable[str]) -> list[str]:
+    """A CPU's ISA features under the profile names, from its /proc/cpuinfo ``flags`` / ``Features``."""
     table = _X86_FLAGS if arch == "x86_64" else _ARM_FLAGS
-    isa = sorted({v for k, v in table.items() if k in flags})
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    system = platform.system().lower()
-    family = {"darwin": "macos"}.get(system, system if system in ("linux", "windows") else "linux")
+    flags = set(flags)
+    return sorted({v for k, v in table.items() if k in flags})
+
+
+def os_family_of(system: str) -> str:
+    """The profile's ``os.family`` for a ``platform.system()`` name."""
+    system = system.lower()
+    return {"darwin": "macos"}.get(system, system if system in ("linux", "windows") else "linux")
+
+
+def runtimes_for(arch: str, isa: list[str]) -> dict[str, Any]:
+    """``[runtimes]`` as this machine's installed backends would run on ``arch`` with ``isa``, best first."""
     from . import converters
 
     # Each backend says what it runs here (None: not on this machine), in the backend table's order.
@@ -258,16 +264,24 @@ def detect_host() -> Profile:
         settings = be.host_settings(arch, isa)
         if settings is not None:
             runtimes[name] = settings
-    ranked = list(runtimes)
+    return {"ranked": list(runtimes), **runtimes}
+
+
+def detect_host() -> Profile:
+    """A profile for the machine edgekit runs on, read from /proc and the installed runtimes."""
+    flags, model = _cpuinfo()
+    arch = _normalise_arch(platform.machine())
+    isa = isa_of(arch, flags)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     data = {
         "schema_version": 1,
         "name": HOST,
         "description": f"This machine ({model or platform.processor() or arch}), detected",
-        "os": {"family": family, "distribution": platform.platform()},
+        "os": {"family": os_family_of(platform.system()), "distribution": platform.platform()},
         "cpu": {"arch": arch, "model": model or arch, "cores": cores, "performance_cores": cores, "isa": isa},
         "memory": {"ram_gb": _ram_gb()},
         "accelerators": [],
-        "runtimes": {"ranked": ranked, **runtimes},
+        "runtimes": runtimes_for(arch, isa),
         "agent": {"transport": "local", "python": "python3", "root": "~/.cache/edgekit/device"},
     }
     validate(data, "host (detected)")
