@@ -126,3 +126,12 @@ def test_silero_vad_on_openvino_takes_sr_16000_or_none_and_refuses_8000(vad, age
     assert e.value.status == 400 and "fixed to 16000" in str(e.value)
     assert np.allclose(got, expected, atol=1e-3)
     assert np.mean((got > 0.5) == (expected > 0.5)) == 1.0
+
+
+def test_silero_vad_ort_int8_that_quantizes_nothing_is_refused(vad):
+    """ONNX Runtime's quantizer does not enter If branches, where all of Silero's work is: not an int8 build."""
+    from edgekit.errors import ConversionError
+
+    with pytest.raises(ConversionError, match=r"quantized no node of this model; \d+ of its \d+ nodes sit inside If"):
+        _build(vad, "ort", "int8")
+    assert not (vad[1] / "bundle-ort-int8").exists()

@@ -24,7 +24,7 @@ from edgekit_agent.runners.base import int8_products_saturate
 
 from ..base import Backend, BuildContext, BuildResult
 from .convert import OrtFormats
-from .quantize import OrtQuantization
+from .quantize import OrtQuantization, require_quantized
 
 if TYPE_CHECKING:
     from edgekit.converters.session import BuildSession
@@ -146,6 +146,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
                     "VNNI) saturates ONNX Runtime's fused uint8 x int8 products, the target's kernels do not"
                 )
             model_path = self._int8_static(ctx, work, reduce_range)
+            require_quantized(model_path, "int8")
             step = "int8 static quantization (QDQ, per-channel)"
             if ctx.budget is not None:
                 from edgekit.passes.mixed_precision import search
@@ -176,6 +177,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             )
         elif ctx.precision == "int8-dynamic":
             model_path = self._int8_dynamic(ctx.reference_path, work / "model.int8dyn.onnx")
+            require_quantized(model_path, "int8-dynamic")
             sections["quantization"] = {"method": "dynamic", "format": "QOperator", "weights": "int8"}
             ctx.check("int8 dynamic quantization", model_path)
             if op_types & FLOAT_OPS_UNFRIENDLY_TO_DYNAMIC:

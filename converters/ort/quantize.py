@@ -280,3 +280,33 @@ def _raised_in(exc: BaseException, function: str) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+QUANTIZED_OPS = frozenset(
+    {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
+)
+
+
+def require_quantized(path: Path, precision: str) -> None:
+    """Raise ConversionError when ONNX Runtime's quantizer left every node of ``path`` in float: an "int8" build
+    that computes in float must not pass as one (its quantizer does not enter If/Loop subgraphs)."""
+    import onnx
+
+    from edgekit.errors import ConversionError
+    from edgekit.model import all_nodes
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    ops = [n.op_type for n in all_nodes(graph)]
+    if any(op in QUANTIZED_OPS for op in ops):
+        return
+    inside = len(ops) - len(graph.node)
+    where = (
+        f"; {inside} of its {len(ops)} nodes sit inside If/Loop subgraphs, which the quantizer does not enter"
+        if inside
+        else ""
+    )
+    raise ConversionError(
+        f"{precision}: ONNX Runtime's quantizer quantized no node of this model{where}, so the build would compute "
+        "in float while calling itself int8. Build --precision fp32 (or fp16) for ONNX Runtime, or use a backend "
+        "that fixes the branch first (e.g. --backend openvino with --input-value for the input that selects it)"
+    )
