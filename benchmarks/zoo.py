@@ -1,6 +1,7 @@
 """The model-zoo matrix: every public zoo model x every backend x precision of the host and raspberrypi5 profiles.
 
-    python benchmarks/zoo.py                              # the whole matrix (about 2 h on 2 cores)
+    python benchmarks/zoo.py                              # the whole matrix (about 3 h on 2 shared cores)
+    python benchmarks/zoo.py --resume                     # go on with a stopped run (it saves after every cell)
     python benchmarks/zoo.py --models silero_vad magika --profiles host --backends ort openvino
 
 Models, their realistic data and the options a user of each passes (shapes, task, stream, constant inputs):
@@ -15,8 +16,8 @@ own process (``--timeout`` seconds), so a converter that crashes or hangs costs 
 Fidelity: the task metric of the last step (box F1, character accuracy, frame agreement, ...) or, for a task with
 no decoder, the worst output cosine. Size: the model file(s) in the bundle. Agent p50: the bundle deployed to a local
 agent started for the run and benchmarked there (``--runs`` timed runs, default 20, after 5 warm-up runs, one
-thread; fewer for a model that takes seconds a run): median
-and p10..p90. Builds for ``raspberrypi5`` (aarch64) are checked here but timed only on the device.
+thread; fewer for a model that takes seconds a run): median and p10..p90. Builds for ``raspberrypi5`` (aarch64)
+are checked here but timed only on the device.
 
 Writes ``benchmarks/results/zoo.json`` and ``zoo.md`` (the table in the README).
 """
