@@ -16,6 +16,10 @@ maps with the shape as a list. Paddle's ``reflect`` and ``replicate`` padding ta
 ("input tesor dimension must be in [3, 4, 5] but got 2") and X2Paddle writes a rank-3 one in a layout they refuse:
 such a ``Pad`` of a static rank-2 tensor (Silero VAD's audio) is written on the tensor reshaped to rank 4
 (``[1, 1, a, b]``), then reshaped back.
+
+OpenVINO's ``If`` takes a condition of rank 0 or 1 ("Rank of If condition input must be equal to 0 or 1"); ONNX
+Runtime reads the single element of any one-element tensor, and exporters write ``[1, 1]`` conditions (openWakeWord's
+keyword models: a verifier branch taken when the score passes a threshold). Such a condition is reshaped to ``[]``.
 """
 
 from __future__ import annotations
@@ -175,3 +179,42 @@ def pad_rank2_as_rank4(onnx_path: str | Path, work: Path) -> tuple[Path, list[st
     out_path = Path(work) / (Path(onnx_path).stem + ".pad4.onnx")
     onnx.save(model, str(out_path))
     return out_path, changed
+
+
+def if_condition_as_scalar(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each ``If`` whose condition has a static one-element shape of rank
+    above 1 reads it through a ``Reshape`` to ``[]``; and the nodes changed."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(onnx_path))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shapes unknown: nothing to rewrite safely
+        return Path(onnx_path), []
+    shapes = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            shapes[v.name] = [d.dim_value for d in dims]
+    g, changed = model.graph, []
+    scalar = "edgekit_if_condition_scalar_shape"
+    for node in list(g.node):
+        cond = node.input[0] if node.op_type == "If" and node.input else None
+        shape = shapes.get(cond or "")
+        if cond is None or shape is None or len(shape) <= 1 or int(np.prod(shape)) != 1:
+            continue
+        if not changed:
+            g.initializer.append(numpy_helper.from_array(np.zeros(0, np.int64), scalar))
+        reshaped = f"{cond}_as_scalar"
+        at = list(g.node).index(node)
+        g.node.insert(at, helper.make_node("Reshape", [cond, scalar], [reshaped], name=f"{node.name}_condition"))
+        node.input[0] = reshaped
+        changed.append(node.name or node.output[0])
+    if not changed:
+        return Path(onnx_path), []
+    Path(work).mkdir(parents=True, exist_ok=True)
+    out = Path(work) / (Path(onnx_path).stem + ".ifcond.onnx")
+    onnx.save(model, str(out))
+    return out, changed

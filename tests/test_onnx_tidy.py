@@ -148,6 +148,55 @@ def test_a_reflect_pad_of_a_rank_2_tensor_is_done_at_rank_4(tmp_path):
     assert run[1].shape == (1, 20) and np.array_equal(run[0], run[1])
 
 
+def _if_on_a_1x1_condition(path):
+    """y = x * 2 when sum(x) >= 0 else x, the condition a [1, 1] bool (as openWakeWord's keyword models have it)."""
+    from onnx import numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    zero = numpy_helper.from_array(np.zeros((1, 1), np.float32), "zero")
+    two = numpy_helper.from_array(np.float32(2.0), "two")
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4])],
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
+        helper.make_node("GreaterOrEqual", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], name="verify", then_branch=then, else_branch=other),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[zero, two])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+@pytest.mark.e2e  # OpenVINO starts worker processes
+def test_an_if_on_a_one_element_condition_of_rank_2_reads_it_as_a_scalar(tmp_path):
+    import onnxruntime as ort
+    import openvino as ov
+
+    from edgekit.converters.onnx_tidy import if_condition_as_scalar
+
+    src = tmp_path / "if.onnx"
+    _if_on_a_1x1_condition(src)
+    with pytest.raises(Exception, match="Rank of If condition"):  # what OpenVINO says about the model as exported
+        ov.convert_model(str(src))
+    out, changed = if_condition_as_scalar(src, tmp_path / "work")
+    assert changed == ["verify"]
+    compiled = ov.Core().compile_model(ov.convert_model(str(out)), "CPU")
+    for v in (np.ones((1, 4), np.float32), -np.ones((1, 4), np.float32)):
+        want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": v})[0]
+        assert np.array_equal(compiled({"x": v})[0], want)
+    assert if_condition_as_scalar(out, tmp_path / "again")[1] == []  # already a scalar: left alone
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("backend", ["mindspore-lite", "paddlelite"])
 def test_wake_word_mel_spectrogram_builds_where_its_converter_failed(tmp_path, backend):

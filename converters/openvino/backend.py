@@ -187,8 +187,11 @@ class OpenVINOBackend(OpenVINOQuantization, Backend):
         work = ctx.workdir / "openvino"
         warnings, sections = [], {}
 
+        from ..onnx_tidy import if_condition_as_scalar
+
+        onnx_path, _ = if_condition_as_scalar(ctx.reference_path, work / "tidy")  # its If takes rank 0 or 1 only
         try:
-            model = ov.convert_model(str(ctx.reference_path))
+            model = ov.convert_model(str(onnx_path))
         except Exception as e:  # OpenVINO raises its own exception types with the frontend's message
             raise ConversionError(f"OpenVINO cannot convert the model: {str(e).strip().splitlines()[-1]}") from e
         self._name_tensors(model, ctx.source)
