@@ -211,3 +211,28 @@ def test_build_report_says_what_each_node_count_counts(tmp_path, tiny_model, tin
         and " nodes of the built ONNX graph supported" in text
     )
     assert "nodes of the ONNX graph converted to model.ort on the accelerator" in text, text
+
+
+@pytest.mark.e2e
+def test_an_already_quantized_model_keeps_its_own_int8(tmp_path, tiny_model, tiny_calib):
+    """A model shipped quantized (QDQ) is not quantized again, and is judged by the int8 gate at fp32."""
+    from onnxruntime.quantization import QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import CalibrationDataReader
+
+    x = np.load(tiny_calib)["input"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"input": x[i : i + 1]} for i in range(8)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantized = tmp_path / "tiny_qdq.onnx"
+    quantize_static(str(tiny_model), str(quantized), Reader(), weight_type=QuantType.QInt8)
+    with pytest.raises(edgekit.errors.ModelError, match=r"already quantized \(\d+ QuantizeLinear.*--precision fp32"):
+        edgekit.build(quantized, "host", tmp_path / "again", precision="int8", calib=tiny_calib, name="q")
+    assert not (tmp_path / "again").exists()
+    report = edgekit.build(quantized, "host", tmp_path / "kept", precision="auto", calib=tiny_calib, name="q")
+    assert report["precision"] == "fp32" and report["fidelity"]["thresholds"]["precision"] == "int8"
+    assert any("already quantized" in w for w in report["warnings"])

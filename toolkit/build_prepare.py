@@ -18,8 +18,8 @@ from . import stream as stream_mod
 from .build_options import BuildOptions
 from .data import Dataset, int8_needs_calibration, load_dataset, synthetic_dataset
 from .data_formats import parse_input_values, parse_sample_axes
-from .errors import DataError, ProfileError
-from .model import SourceModel, load_model, parse_input_shapes
+from .errors import DataError, ModelError, ProfileError
+from .model import SourceModel, load_model, parse_input_shapes, quantized_nodes
 
 FIDELITY_SAMPLES = 400
 CACHE_EPOCH = 5  # bump when what a build writes changes, so older cached bundles are not reused
@@ -113,7 +113,18 @@ def prepare(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Prepar
         be.refuse_unbuildable(precision)  # a precision this backend refuses says so first, with its reason
         raise DataError(int8_needs_calibration(backend, be.precisions))
     gate = (opts.min_cosine, opts.min_top1, opts.max_accuracy_drop)
-    thresholds = fidelity.thresholds_for(precision, *gate, min_score=opts.min_score)
+    quantized = quantized_nodes(src.proto)
+    if quantized and opts.precision in (None, "auto") and precision != "fp32" and "fp32" in be.precisions:
+        precision = "fp32"  # the model's own int8 is kept: quantizing it again is not a choice
+    if quantized and precision in ("int8", "int8-dynamic"):
+        raise ModelError(
+            f"the model is already quantized ({quantized} QuantizeLinear/DequantizeLinear/integer nodes): "
+            f"{precision} would quantize it again; build --precision fp32 to keep its own int8 arithmetic"
+        )
+    # an already-quantized source keeps its own int8 arithmetic at fp32/fp16, which runtimes round differently
+    thresholds = fidelity.thresholds_for("int8" if quantized else precision, *gate, min_score=opts.min_score)
+    if quantized:
+        log(f"the model is already quantized ({quantized} integer nodes): every step is judged by the int8 gate")
     if opts.task is not None:
         tasks.parse_task(opts.task)  # a bad --task is refused before any work
     user_metric = tasks.load_metric(opts.metric) if opts.metric else None

@@ -122,6 +122,11 @@ def _warnings(p: Prepared, result: Any, host_latency: Optional[Dict[str, Any]]) 
         )
     if p.src.shapes and p.src.shapes.note:
         warnings.append(f"static shapes: {p.src.shapes.note}")
+    if p.thresholds.precision != p.precision and p.thresholds.precision == "int8" and p.precision != "int8":
+        warnings.append(
+            "the source model is already quantized: judged by the int8 gate (runtimes round its integer "
+            "arithmetic differently), not the tighter fp32 one"
+        )
     if p.fid_ds.synthetic:
         warnings.append("fidelity was checked on synthetic random inputs only: pass --calib or --val with real data")
     if p.calib_ds is not None and p.val_ds is None:

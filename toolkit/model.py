@@ -312,6 +312,24 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                 yield from all_nodes(g)
 
 
+QUANTIZED_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+    }
+)
+
+
+def quantized_nodes(proto: onnx.ModelProto) -> int:
+    """How many nodes of ``proto`` (subgraphs included) compute in integers: a model already quantized."""
+    return sum(1 for n in all_nodes(proto.graph) if n.op_type in QUANTIZED_OPS)
+
+
 def operator_set(proto: onnx.ModelProto) -> list[dict[str, Any]]:
     """Operators a model uses: ``[{"domain", "op", "count"}]``, sorted, subgraphs included."""
     counts: dict[tuple[str, str], int] = {}
