@@ -227,6 +227,10 @@ def table(results: list[dict[str, Any]]) -> str:
 SHORT = {"openvino": "ov", "paddlelite": "paddle", "mindspore-lite": "ms", "raspberrypi5": "rpi5"}
 
 
+def _ms(value: float) -> str:
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+
+
 def pivot(results: list[dict[str, Any]]) -> str:
     """One row per model, one column per profile/backend/precision: ``ok``/``deg`` + the agent p50, or a footnote."""
     columns: list[tuple[str, str, str]] = []
@@ -238,8 +242,14 @@ def pivot(results: list[dict[str, Any]]) -> str:
     by_model: dict[str, dict[tuple[str, str, str], str]] = {}
     for c in results:
         if c["status"] in ("ok", "degraded"):
-            mark = "ok" if c["status"] == "ok" else "deg"
-            text = f"{mark} {c['agent_p50_ms']:.3g} ms" if "agent_p50_ms" in c else mark
+            mark = "ok"
+            if c["status"] == "degraded":  # the gate's first failure explains it
+                first = str((c.get("failures") or ["the fidelity gate failed"])[0])
+                reason = "degraded: " + (first if len(first) <= 240 else first[:237] + "...").replace("|", "\\|")
+                if reason not in notes:
+                    notes.append(reason)
+                mark = f"deg [{notes.index(reason) + 1}]"
+            text = f"{mark} {_ms(c['agent_p50_ms'])} ms" if "agent_p50_ms" in c else mark
         else:
             reason = f"{c['status']}: {c.get('error', '')}".replace("|", "\\|")
             if reason not in notes:
