@@ -263,7 +263,7 @@ def pivot(results: list[dict[str, Any]]) -> str:
     for model, row in by_model.items():
         lines.append("| " + " | ".join([model] + [row.get(k, "") for k in columns]) + " |")
     if notes:
-        lines += [""] + [f"[{i}] {n}  " for i, n in enumerate(notes, 1)]
+        lines += [""] + [f"- [{i}] {n}" for i, n in enumerate(notes, 1)]
     return "\n".join(lines)
 
 
@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--append", action="store_true", help="add to (or replace cells of) the existing results file")
     ap.add_argument("--resume", action="store_true", help="keep the results file's cells and run only the others")
+    ap.add_argument("--readme", action="store_true", help="write the results file's table into README.md and stop")
     ap.add_argument("--cell", nargs=4, metavar=("MODEL", "PROFILE", "BACKEND", "PRECISION"), help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -305,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.profile, args.backend, args.precision = args.cell
         return run_cell(args)
 
+    if args.readme:
+        return write_readme(Path(args.out) / f"{args.results}.json", BENCH.parent / "README.md")
     sys.path.insert(0, str(ZOO))
     sys.path.insert(0, str(BENCH))
     import _common as C
@@ -351,6 +354,22 @@ def main(argv: list[str] | None = None) -> int:
         C.stop_agent(device, work / "device")
         shutil.rmtree(work, ignore_errors=True)
     print(saved.markdown())
+    return 0
+
+
+def write_readme(results: Path, readme: Path) -> int:
+    """Put the summary and the one-row-per-model table of ``results`` between the README's zoo-table markers."""
+    data = json.loads(results.read_text())
+    text = readme.read_text()
+    start, end = "<!-- zoo-table -->", "<!-- /zoo-table -->"
+    if start not in text or end not in text:
+        log(f"{readme} has no {start} ... {end} block")
+        return 1
+    when = time.strftime("%Y-%m-%d", time.gmtime(results.stat().st_mtime))
+    block = f"{start}\n\n{data['summary']} ({when}, {round(data['seconds'] / 60)} min on this 2-core machine):\n\n"
+    block += pivot(data["cells"]) + "\n\n"
+    head, rest = text.split(start, 1)
+    readme.write_text(head + block + end + rest.split(end, 1)[1])
     return 0
 
 
