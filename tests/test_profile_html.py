@@ -176,6 +176,15 @@ def test_profile_html_of_a_real_ort_profile_in_chromium(ppocr_ort, tmp_path):
     assert blue > 5000, blue
 
 
+def test_names_from_the_model_stay_text_in_chromium(tmp_path):
+    nodes = [_node(EVIL, 4.0, "NNAPI"), _node("b", 3.0, "CPU"), _node("c", 3.0, "NNAPI")]
+    page = tmp_path / "evil.html"
+    page.write_text(render(join(_report(nodes), None)))
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert "<script" not in dom and "<img" not in dom and "&lt;script&gt;alert" in dom
+    assert dom.count('class="layer"') == 3 and dom.count('class="segment"') == 2 + 3  # accelerators, partitions
+
+
 def test_html_to_a_missing_folder_is_refused_before_profiling(ppocr_ort, tmp_path):
     bundle, root = ppocr_ort
     p = run_cli("profile", bundle, "--local", "--device-root", root, "--html", tmp_path / "no" / "p.html", check=1)
@@ -195,6 +204,7 @@ def test_deploy_profile_layers_then_field_report_shows_where_the_time_goes(ppocr
     assert lp["by_accelerator"][0]["accelerator"] == "CPUExecutionProvider" and lp["nodes"] > 20
     name = json.loads((bundle / "manifest.json").read_text())["name"]
     with open_device("local", device_root=str(root)) as dev:
+        dev.ensure_agent()
         for _ in range(20):
             dev.client.infer(name, {"x": np.zeros((1, 3, 48, 192), np.float32)})
     run_cli("field", "pull", "--device-root", root, "--json", check=0)

@@ -119,14 +119,16 @@ def deploy(
     with _device_for(device, prof, manifest["backend"]) as dev:
         report = _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
         if bench:
-            if profile_layers:
-                from .layer_profile import profile_deployed, summary
+            try:
+                if profile_layers:
+                    from .layer_profile import profile_deployed, summary
 
-                full = profile_deployed(
-                    dev, bundle_dir, manifest, profile_layers, 3, _threads(prof, dev, threads), providers
-                )
-                report["layer_profile"] = summary(full)
-            _record_lab(dev, report)
+                    full = profile_deployed(
+                        dev, bundle_dir, manifest, profile_layers, 3, _threads(prof, dev, threads), providers
+                    )
+                    report["layer_profile"] = summary(full)
+            finally:  # the benchmark is kept even when the profile fails
+                _record_lab(dev, report)
         return report
 
 
