@@ -192,7 +192,10 @@ def test_html_to_a_missing_folder_is_refused_before_profiling(ppocr_ort, tmp_pat
 
 
 def test_deploy_profile_layers_then_field_report_shows_where_the_time_goes(ppocr_ort, tmp_path, monkeypatch):
+    import jsonschema
+
     from edgekit.deployer import open_device
+    from edgekit.report import schema
 
     bundle, root = ppocr_ort
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))  # this test's own host-side field store
@@ -202,6 +205,7 @@ def test_deploy_profile_layers_then_field_report_shows_where_the_time_goes(ppocr
     lp = r["layer_profile"]
     assert lp["schema"] == SCHEMA and lp["runs"] == 4 and lp["profiler"]["available"] and len(lp["top"]) == 5
     assert lp["by_accelerator"][0]["accelerator"] == "CPUExecutionProvider" and lp["nodes"] > 20
+    jsonschema.validate(r, schema())  # the bench report's published schema, layer_profile included
     name = json.loads((bundle / "manifest.json").read_text())["name"]
     with open_device("local", device_root=str(root)) as dev:
         dev.ensure_agent()
