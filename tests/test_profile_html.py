@@ -89,8 +89,9 @@ def test_names_from_the_model_are_escaped_everywhere():
     assert "61.5 MB" in page and "2.00 MB" in page and "onnxruntime 1.2.3" in page and "= 1.00 × end to end" in page
 
 
-def test_a_runtime_without_a_profiler_says_so_on_the_page():
-    page = render(join(_report([], available=False), None))
+def test_a_runtime_without_a_profiler_says_so_on_the_page(tmp_path):
+    page = edgekit.profile_html(join(_report([], available=False), None), tmp_path / "p.html")
+    assert (tmp_path / "p.html").read_text() == page and not (tmp_path / "p.html.tmp").exists()
     _no_external(page)
     assert 'id="unavailable"' in page and "not available from LiteRT 2.3.0" in page
     assert 'class="layer"' not in page and "peak RSS after inference" in page
