@@ -45,6 +45,7 @@ _LAZY = {
     "deploy": "deployer",
     "bench": "deployer",
     "profile": "layer_profile",
+    "profile_html": "layer_profile_html",
     "connect": "transports",
     "open_device": "device",
     "device_probe": "probe",
@@ -86,5 +87,6 @@ __all__ = [
     "open_device",
     "parse_url",
     "profile",
+    "profile_html",
     "profiles",
 ]

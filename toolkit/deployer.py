@@ -20,10 +20,11 @@ from typing import Any
 from . import bundle as bundle_mod
 from . import execution, profiles, runtime_match
 from .device import Device, device_paths, open_device
-from .errors import AgentError
+from .errors import AgentError, EdgekitError
 from .transports import Transport
 
 Report = dict[str, Any]
+PROFILE_RUNS_MAX = 200  # what the agent accepts for one profile
 
 
 @contextlib.contextmanager
@@ -86,6 +87,14 @@ def bundle_profile(manifest: dict[str, Any]) -> profiles.Profile | None:
     return profiles.load(manifest["profile"]) if manifest["profile"] in profiles.names() else None
 
 
+def check_profile_layers(runs: int, bench: bool = True) -> None:
+    """EdgekitError unless ``runs`` (``deploy --profile-layers``) is 0 (no profile) or a profile the agent takes."""
+    if runs and not bench:
+        raise EdgekitError("a layer profile is kept with the lab benchmark: deploy with the benchmark to profile")
+    if runs and not 1 <= runs <= PROFILE_RUNS_MAX:
+        raise EdgekitError(f"--profile-layers takes 1 to {PROFILE_RUNS_MAX} profiled runs (got {runs})")
+
+
 def deploy(
     bundle_dir: str | Path,
     device: Device | Transport | str,
@@ -96,15 +105,31 @@ def deploy(
     progress: Any = None,
     log: Any = None,
     bench: bool = True,
+    profile_layers: int = 0,
 ) -> Report:
     """Install ``bundle_dir`` on ``device`` and benchmark it there (``bench=False``: install only).
 
     ``device``: a :class:`Device` (:func:`edgekit.open_device`), a connected transport
-    (:func:`edgekit.connect`), or a transport kind such as ``"local"``."""
+    (:func:`edgekit.connect`), or a transport kind such as ``"local"``. ``profile_layers``: also profile it layer
+    by layer over that many runs (:func:`edgekit.profile`) and keep the summary with the lab benchmark
+    (``layer_profile``), where ``edgekit field report`` shows it."""
+    check_profile_layers(profile_layers, bench)
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
     with _device_for(device, prof, manifest["backend"]) as dev:
-        return _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
+        report = _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
+        if bench:
+            try:
+                if profile_layers:
+                    from .layer_profile import profile_deployed, summary
+
+                    full = profile_deployed(
+                        dev, bundle_dir, manifest, profile_layers, 3, _threads(prof, dev, threads), providers
+                    )
+                    report["layer_profile"] = summary(full)
+            finally:  # the benchmark is kept even when the profile fails
+                _record_lab(dev, report)
+        return report
 
 
 def _deploy(
@@ -139,7 +164,6 @@ def _deploy(
     device.call(f"loading {manifest['name']}", device.client.load, manifest["name"], threads=t, providers=providers)
     report = _annotate(report, manifest, device, prof)
     report["warnings"] = mismatch + report["warnings"]
-    _record_lab(device, report)
     return report
 
 

@@ -297,7 +297,8 @@ def report(
         backends = sorted({g[3] for g in grp if g[3]})
         accelerators = sorted({g[4] for g in grp if g[4]})
         lab = store.db.execute(
-            "SELECT p50_ms, p99_ms, ts FROM lab WHERE store_id=? AND model=? AND version=? ORDER BY ts DESC LIMIT 1",
+            "SELECT p50_ms, p99_ms, ts, report FROM lab WHERE store_id=? AND model=? AND version=? "
+            "ORDER BY ts DESC LIMIT 1",
             (sid, mdl, version),
         ).fetchone()
         field = _percentiles(ok_ms)
@@ -319,6 +320,7 @@ def report(
             "queue_ms": _percentiles(queue[ok & ~np.isnan(queue)]),
             "lab": {"p50_ms": lab[0], "p99_ms": lab[1], "ts": lab[2]} if lab else None,
             "drift": (field["p50"] / lab[0] - 1.0) if (lab and field["p50"]) else None,
+            "lab_profile": json.loads(lab[3] or "{}").get("layer_profile") if lab else None,  # deploy --profile-layers
             "timeline": _timeline(ts[ok & ~np.isnan(infer)], ok_ms),
             "histogram": _histogram(ok_ms),
         }

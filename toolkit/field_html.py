@@ -145,6 +145,30 @@ def labfield_svg(entries: list[dict[str, Any]]) -> str:
     )
 
 
+def lab_profile_html(e: dict[str, Any]) -> str:
+    """Where the time goes, from the layer profile ``deploy --profile-layers`` kept with the lab benchmark."""
+    s = e["lab_profile"]
+    prof = s.get("profiler") or {}
+    head = (
+        f"<h3 class='lab-profile'>Where the time goes (lab profile): {_esc(e['device'])} · {_esc(e['model'])} · "
+        f"{_esc(e['version'])}</h3><p class='muted'>{_esc(s.get('runtime'))} {_esc(s.get('runtime_version'))}, "
+        f"{_esc(s.get('runs'))} profiled runs"
+    )
+    if not prof.get("available"):
+        return head + f": {_esc(prof.get('reason', 'not available'))}</p>"
+    acc = ", ".join(f"{a['accelerator']} {100 * a['share']:.1f} %" for a in s.get("by_accelerator") or [])
+    rows = "".join(
+        f"<tr><td>{_esc(n['name'])}</td><td class='l'>{_esc(n.get('op'))}</td><td class='l'>"
+        f"{_esc(n.get('accelerator'))}</td><td>{n['time_ms']:.3f}</td><td>{100 * (n.get('share') or 0):.1f}%</td></tr>"
+        for n in s.get("top") or []
+    )
+    return (
+        head + f"; {_esc(s.get('nodes'))} nodes; per accelerator: {_esc(acc)}; "
+        f"{_esc(s.get('partitions'))} partition(s)</p><table class='lab-profile'><tr><th>layer</th><th>op</th>"
+        f"<th>ran on</th><th>ms</th><th>share</th></tr>{rows}</table>"
+    )
+
+
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1f2328;max-width:1200px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #d0d7de}h3{font-size:14px;margin:8px 0 4px}
@@ -194,6 +218,7 @@ def render(r: dict[str, Any]) -> str:
         )
     out.append("</table><h2>Lab against field (p50)</h2>")
     out.append(labfield_svg(r["entries"]))
+    out += [lab_profile_html(e) for e in r["entries"] if e.get("lab_profile")]
     for tl in r.get("timelines", []):
         evs = [ev for ev in r["events"] if ev["store_id"] == tl["store_id"] and ev["model"] == tl["model"]]
         out.append(

@@ -3,6 +3,8 @@
 import time
 from typing import Any
 
+from .layer_profile_text import lab_profile_lines
+
 
 def _split_line(r: dict[str, Any], ev: dict[str, Any]) -> str:
     device = next((e["device"] for e in r["entries"] if e["store_id"] == ev["store_id"]), ev["store_id"][:8])
@@ -59,4 +61,8 @@ def report_text(r: dict) -> str:
         "  latencies in ms, measured by the agent around the runtime call; lab = edgekit deploy's benchmark "
         "of the same bundle on the same device"
     )
+    for e in r["entries"]:
+        if e.get("lab_profile"):
+            lines.append(f"  {e['device']}: {e['model']} {e['version']}")
+            lines += lab_profile_lines(e["lab_profile"], indent="    ")
     return "\n".join(lines) + "\n"

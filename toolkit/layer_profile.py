@@ -47,12 +47,42 @@ def profile(
     prof = bundle_profile(manifest)
     with _device_for(device, prof, manifest["backend"]) as dev:
         require_deployed(dev, bundle_dir, manifest, log)
-        report = dev.profile(
-            manifest["name"], runs=runs, warmup=warmup, threads=_threads(prof, dev, threads), providers=providers
-        )
-        report["transport"] = dev.transport.description
+        return profile_deployed(dev, bundle_dir, manifest, runs, warmup, _threads(prof, dev, threads), providers)
+
+
+def profile_deployed(
+    dev: Device,
+    bundle_dir: str | Path,
+    manifest: dict[str, Any],
+    runs: int,
+    warmup: int,
+    threads: int,
+    providers: list[str] | None,
+) -> dict[str, Any]:
+    """Profile the bundle ``dev`` serves (checked by the caller) and join the placement: :func:`profile`'s report."""
+    report = dev.profile(manifest["name"], runs=runs, warmup=warmup, threads=threads, providers=providers)
+    report["transport"] = dev.transport.description
     report["profile"] = manifest["profile"]
     return join(report, placement_of(bundle_dir), graph_names(bundle_dir, manifest))
+
+
+def summary(report: dict[str, Any], top: int = 5) -> dict[str, Any]:
+    """What a lab record keeps of a profile (``deploy --profile-layers``): where the time goes, in short."""
+    nodes = sorted(report.get("nodes") or [], key=lambda n: -n["time_ms"])
+    keep = ("name", "op", "accelerator", "time_ms", "share")
+    return {
+        "schema": SCHEMA,
+        "runtime": report.get("runtime"),
+        "runtime_version": report.get("runtime_version"),
+        "runs": report.get("runs"),
+        "profiler": report.get("profiler"),
+        "end_to_end_p50_ms": (report.get("end_to_end_ms") or {}).get("p50"),
+        "node_sum_ms": report.get("node_sum_ms"),
+        "nodes": len(nodes),
+        "top": [{k: n.get(k) for k in keep} for n in nodes[:top]],
+        "by_accelerator": report.get("by_accelerator") or [],
+        "partitions": len(report.get("partitions") or []),
+    }
 
 
 # -- placement ---------------------------------------------------------------------------------------------
@@ -188,4 +218,4 @@ def by_verdict(nodes: list[dict[str, Any]], targets: list[str]) -> list[dict[str
     return out
 
 
-__all__ = ["RATIO_TOLERANCE", "SCHEMA", "join", "profile"]
+__all__ = ["RATIO_TOLERANCE", "SCHEMA", "join", "profile", "profile_deployed", "summary"]

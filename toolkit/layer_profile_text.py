@@ -102,4 +102,31 @@ def profile_text(r: dict[str, Any], top: int = TOP) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["profile_text"]
+def lab_profile_lines(s: dict[str, Any] | None, indent: str = "  ") -> list[str]:
+    """A lab record's profile summary (``deploy --profile-layers``, :func:`edgekit.layer_profile.summary`) as
+    lines: the top layers and the time per accelerator; none when the record has no profile."""
+    if not s:
+        return []
+    prof = s.get("profiler") or {}
+    lines = [f"{indent}where the time goes (lab profile, {s.get('runtime')} {s.get('runtime_version')}, "
+             f"{s.get('runs')} runs):"]  # fmt: skip
+    if not prof.get("available"):
+        return [*lines, f"{indent}  {prof.get('reason', 'not available')}"]
+    rows = [
+        [str(n["name"])[:48], str(n.get("op") or ""), str(n.get("accelerator") or ""), f"{n['time_ms']:.3f} ms",
+         f"{100 * (n.get('share') or 0.0):.1f}%"]
+        for n in s.get("top") or []
+    ]  # fmt: skip
+    if rows:
+        lines += [indent + line for line in _table(["layer", "op", "ran on", "time", "share"], rows)]
+    acc = ", ".join(
+        f"{a['accelerator']} {100 * a['share']:.1f}% ({a['nodes']} nodes)" for a in s.get("by_accelerator") or []
+    )
+    lines.append(
+        f"{indent}  {s.get('nodes')} nodes, sum {s.get('node_sum_ms') or 0.0:.3f} ms; per accelerator: {acc or '-'}; "
+        f"{s.get('partitions')} partition(s)"
+    )
+    return lines
+
+
+__all__ = ["lab_profile_lines", "profile_text"]

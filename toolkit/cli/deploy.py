@@ -24,6 +24,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("bundle", help="bundle directory (edgekit build ... -o DIR)")
     fleet_options(s, device_options(s))
     bench_options(s)
+    s.add_argument(
+        "--profile-layers",
+        type=int,
+        nargs="?",
+        const=20,
+        default=0,
+        metavar="RUNS",
+        help="also profile the bundle layer by layer (RUNS profiled runs, default 20) and keep the summary with the "
+        "lab benchmark, for `edgekit field report`",
+    )
     encrypt_key_option(s)
     s.set_defaults(func=run_deploy)
 
@@ -70,6 +80,7 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
         log(f"  {r['name']}: {r['status']}" + (f" ({r['error']})" if r["error"] else ""))
 
     t0 = time.perf_counter()
+    extra = {"profile_layers": args.profile_layers} if getattr(args, "profile_layers", 0) else {}
     rows = fleet.run_fleet(
         action,
         args.bundle,
@@ -82,6 +93,7 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
         warmup=args.warmup,
         threads=args.threads,
         providers=args.provider,
+        **extra,
     )
     seconds = time.perf_counter() - t0
     emit(args, {"devices": rows, "summary": fleet.summary(rows, seconds)}, lambda d: fleet.fleet_text(rows, seconds))
@@ -89,6 +101,9 @@ def run_fleet(args: argparse.Namespace, action: str, devices: list[Any]) -> int:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
+    from ..deployer import check_profile_layers
+
+    check_profile_layers(args.profile_layers)
     devices = many_devices(args)
     if devices is not None and args.encrypt_key:
         raise EdgekitError(
@@ -99,7 +114,6 @@ def run_deploy(args: argparse.Namespace) -> int:
         return run_fleet(args, "deploy", devices)
     from .. import bundle as bundle_mod
     from ..deployer import bundle_profile, deploy
-    from ..report import bench_text
 
     manifest = bundle_mod.load(args.bundle)
     with open_device(args, bundle_profile(manifest), manifest["backend"]) as dev:
@@ -112,9 +126,18 @@ def run_deploy(args: argparse.Namespace) -> int:
             providers=args.provider,
             progress=upload_progress(args),
             log=logger(args),
+            profile_layers=args.profile_layers,
         )
-    emit(args, report, bench_text)
+    emit(args, report, _deploy_text)
     return 0
+
+
+def _deploy_text(report: dict[str, Any]) -> str:
+    from ..layer_profile_text import lab_profile_lines
+    from ..report import bench_text
+
+    lines = lab_profile_lines(report.get("layer_profile"))
+    return bench_text(report) + "".join(line + "\n" for line in lines)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from ..errors import EdgekitError
 from .options import device_options, open_device, output_options
-from .output import emit, logger
+from .output import emit, logger, write_html
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--threads", type=int, help="inference threads (default: the profile's performance cores)")
     s.add_argument("--provider", action="append", help="accelerator to request, best first (default: the profile's)")
     s.add_argument("--top", type=int, default=15, help="nodes listed in the text report (default 15)")
+    s.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (per-layer bars, accelerators, partitions)",
+    )
     output_options(s, "print the report as one JSON object (schema edgekit.profile/1)", verbose=False)
     s.set_defaults(func=run)
 
@@ -29,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from ..layer_profile import profile
     from ..layer_profile_text import profile_text
 
+    if args.html and not Path(args.html).resolve().parent.is_dir():
+        raise EdgekitError(f"--html {args.html}: its folder does not exist; create it or pick another path")
     manifest = bundle_mod.load(args.bundle)
     with open_device(args, bundle_profile(manifest), manifest["backend"]) as dev:
         report = profile(
@@ -40,5 +49,9 @@ def run(args: argparse.Namespace) -> int:
             providers=args.provider,
             log=logger(args),
         )
+    if args.html:
+        from ..layer_profile_html import render
+
+        write_html(args.html, render(report))
     emit(args, report, lambda r: profile_text(r, top=args.top))
     return 0
