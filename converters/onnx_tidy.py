@@ -198,7 +198,7 @@ def if_condition_as_scalar(onnx_path: str | Path, work: Path) -> tuple[Path, lis
         dims = v.type.tensor_type.shape.dim
         if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
             shapes[v.name] = [d.dim_value for d in dims]
-    g, changed = model.graph, []
+    g, changed = model.graph, list[str]()
     scalar = "edgekit_if_condition_scalar_shape"
     for node in list(g.node):
         cond = node.input[0] if node.op_type == "If" and node.input else None
