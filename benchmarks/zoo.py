@@ -164,10 +164,11 @@ def _child(model: str, profile: str, backend: str, precision: str, work: Path, t
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "error": f"no result after {timeout} s", "build_s": timeout}
     lines = proc.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
-    except json.JSONDecodeError:
-        pass
+    if proc.returncode == 0 and lines:
+        try:
+            return dict(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            pass
     tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
     return {"status": "crashed", "error": tail[0][:300], "build_s": round(time.perf_counter() - t0, 1)}
 
