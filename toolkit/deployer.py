@@ -96,14 +96,20 @@ def deploy(
     progress: Any = None,
     log: Any = None,
     bench: bool = True,
+    setup: bool = False,
 ) -> Report:
     """Install ``bundle_dir`` on ``device`` and benchmark it there (``bench=False``: install only).
+    ``setup``: first install the bundle's runtime on the device when it lacks it (:mod:`edgekit.device_setup`).
 
     ``device``: a :class:`Device` (:func:`edgekit.open_device`), a connected transport
     (:func:`edgekit.connect`), or a transport kind such as ``"local"``."""
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
     with _device_for(device, prof, manifest["backend"]) as dev:
+        if setup:
+            from .device_setup import ensure_runtime
+
+            ensure_runtime(dev, manifest, log=log)
         return _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
 
 
