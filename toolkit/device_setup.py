@@ -88,9 +88,12 @@ def device_imports(device: Device, modules: list[str], site: str | None = "") ->
     ``site``: a directory put first on ``sys.path`` ("" = the set-up site, None = the Python on its own)."""
     site = site_dir(device) if site == "" else site
     r = device.transport.run([device.python, "-c", CHECK, site or "", *modules], timeout=600)
-    if not r.ok:
-        device.fail("importing the runtime", (r.stderr or r.stdout).strip()[-500:])
-    return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+    try:
+        return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        # the Python died importing them (a native library crashed): every module counts as not importing
+        said = (r.stderr or r.stdout).strip()[-300:] or f"exit status {r.returncode}"
+        return {m: {"error": f"the device's Python crashed importing it ({said})", "missing": None} for m in modules}
 
 
 def runtime_present(device: Device, backend: str, version: str | None) -> str | None:
@@ -243,7 +246,14 @@ def _install_until_it_imports(
             say(f"{module} was built against NumPy 1.x: downloading {requirement}")
             wheels["numpy"] = _download(target, requirement, cache, where)
         else:
-            raise BackendUnavailable(f"{module} does not import on {where} after installing its wheels: {error}")
+            package = next(iter(wheels))
+            others = [v for v in target.versions(package) if v != wheels[package].name.split("-")[1]]
+            listed = ", ".join(others[:6])
+            hint = f": `--version V` installs another release ({listed} have wheels for it)" if others else ""
+            raise BackendUnavailable(
+                f"{module} does not import on {where} from its wheel {wheels[package].name}: {error}. "
+                f"Nothing was installed{hint}"
+            )
     raise BackendUnavailable(f"{module} still does not import on {where} after {MAX_DEPENDENCIES} dependencies")
 
 

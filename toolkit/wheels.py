@@ -121,7 +121,8 @@ class Target:
             seen = re.search(r"\(from versions: ([^)]*)\)", said)
             versions = [v.strip() for v in seen.group(1).split(",") if v.strip() not in ("", "none")] if seen else []
             if "No matching distribution" in said or "Could not find a version" in said:
-                raise WheelMissing(said.splitlines()[-1], list(reversed(versions)))
+                error = [line for line in said.splitlines() if line.startswith("ERROR")] or said.splitlines()[-1:]
+                raise WheelMissing(error[-1].replace("ERROR: ", ""), list(reversed(versions)))
             raise OSError(f"pip download {requirement} failed: {said[-800:]}")
         name = normalise(re.match(r"[A-Za-z0-9._-]+", requirement).group(0))  # type: ignore[union-attr]
         wheels = [w for w in dest.glob("*.whl") if normalise(w.name.split("-")[0]) == name]
