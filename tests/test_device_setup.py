@@ -164,3 +164,21 @@ def test_deploy_setup_fills_an_empty_venv_then_serves(agent_roots, tiny_bundle, 
     assert not [w for w in r["warnings"] if "was built and checked with" in w], r["warnings"]
     assert r["device_fidelity"]["passed"] is True
     assert json.loads((root / "site" / "edgekit-setup.json").read_text())["runtime"]["version"] == built
+    # Another version, with the agent running: it is stopped, the site replaced, the agent started again.
+    target = Target(platform_tags(*_host_platform()), "3.12")
+    other = next((v for v in target.versions("onnxruntime") if v != built), None)
+    if other is None:
+        pytest.skip("no other onnxruntime release with a wheel for Python 3.12 here")
+    s = one_json(run_cli("device", "setup", "--backend", "ort", "--version", other, *device, "--json", check=0).stdout)
+    assert s["version"] == other and {x["name"] for x in s["installed"]} == {"onnxruntime", "numpy"}
+    b = one_json(run_cli("bench", tiny_bundle, *device, "--runs", 3, "--warmup", 1, "--json", check=0).stdout)
+    assert b["runtime_version"] == other
+
+
+def _host_platform():
+    import platform
+
+    from edgekit_agent.probe import libc
+
+    c = libc()
+    return platform.machine(), c["name"], c["version"]

@@ -162,8 +162,7 @@ def setup(
     try:
         got = _install_until_it_imports(device, target, cache, wheels, module, partial, where, say)
         _write_record(device, partial, backend, package, got, platform, wheels)
-        say("stopping the agent (it starts again with the new runtime)")
-        device._agent("stop", timeout=60)
+        stopped = _stop_agent(device, say)
         r = device.transport.run([device.python, "-c", SWAP, partial, site_dir(device)], timeout=120)
         if not r.ok:
             device.fail("switching to the new runtime", (r.stderr or r.stdout).strip()[-500:])
@@ -174,6 +173,9 @@ def setup(
         device.fail(f"importing {module} after setup", str(have))
     say(f"{package} {have} imports on the device")
     result.update(version=have, installed=_record_packages(wheels))
+    if stopped and manifest is None:
+        say("starting the agent again")
+        device.ensure_agent(log=say)
     if manifest is not None:
         say(f"loading {manifest['name']} on the device")
         device.ensure_agent(log=say)
@@ -192,6 +194,18 @@ def ensure_runtime(device: Device, manifest: dict[str, Any], log: Callable[[str]
     if runtime_present(device, manifest["backend"], version):
         return None
     return setup(device, backend=manifest["backend"], version=version, log=log)
+
+
+def _stop_agent(device: Device, say: Callable[[str], None]) -> bool:
+    """Stop the agent serving the device root, if one runs (it imported the old runtime); whether one did."""
+    r = device._agent("stop", timeout=60)
+    try:
+        stopped = bool(r.ok and json.loads(r.stdout.strip().splitlines()[-1]).get("stopped"))
+    except (IndexError, ValueError, AttributeError):
+        stopped = False
+    if stopped:
+        say("stopped the agent: it starts again with the new runtime")
+    return stopped
 
 
 def _numpy(target: Target, spec: str, cache: Path, say: Callable[[str], None]) -> Path:
