@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 from . import API_VERSION, __version__
 
 DEFAULT_ROOT = "~/.cache/edgekit/device"
+SITE = "site"  # ROOT/site: runtime packages `edgekit device setup` installed, imported before the Python's own
 
 
 def _token(args: argparse.Namespace) -> Optional[str]:
@@ -99,6 +100,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     pr.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
     sub.add_parser("version")
     args = p.parse_args(argv)
+    root = getattr(args, "root", None)
+    if args.cmd == "supervise" and "--root" in args.serve_args[:-1]:
+        root = args.serve_args[args.serve_args.index("--root") + 1]
+    if root:
+        use_site(root)
 
     if args.cmd == "version":
         from . import runners
@@ -250,6 +256,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     p.print_help()
     return 2
+
+
+def use_site(root: str) -> None:
+    """Put ``ROOT/site`` (the runtime ``edgekit device setup`` installed there) first on ``sys.path``, and on
+    ``PYTHONPATH`` so the processes this agent starts (server, benchmarks, checks) import from it too."""
+    site = os.path.join(os.path.abspath(os.path.expanduser(root)), SITE)
+    if not os.path.isdir(site):
+        return
+    if site not in sys.path:
+        sys.path.insert(1 if sys.path and sys.path[0].endswith(".pyz") else 0, site)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if site not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([site] + paths)
 
 
 def _sealer(args: argparse.Namespace) -> Any:

@@ -106,8 +106,10 @@ def deploy(
     log: Any = None,
     bench: bool = True,
     profile_layers: int = 0,
+    setup: bool = False,
 ) -> Report:
     """Install ``bundle_dir`` on ``device`` and benchmark it there (``bench=False``: install only).
+    ``setup``: first install the bundle's runtime on the device when it lacks it (:mod:`edgekit.device_setup`).
 
     ``device``: a :class:`Device` (:func:`edgekit.open_device`), a connected transport
     (:func:`edgekit.connect`), or a transport kind such as ``"local"``. ``profile_layers``: also profile it layer
@@ -117,6 +119,10 @@ def deploy(
     manifest = bundle_mod.load(bundle_dir)
     prof = bundle_profile(manifest)
     with _device_for(device, prof, manifest["backend"]) as dev:
+        if setup:
+            from .device_setup import ensure_runtime
+
+            ensure_runtime(dev, manifest, log=log)
         report = _deploy(dev, bundle_dir, manifest, prof, runs, warmup, threads, providers, progress, log, bench)
         if bench:
             try:

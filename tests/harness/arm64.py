@@ -158,11 +158,15 @@ def _build(work, log):
     return info
 
 
-def python_wrapper(path, root=None):
-    """Write an executable script at ``path`` that runs the arm64 rootfs Python; return its path."""
+def python_wrapper(path, root=None, bare=False):
+    """Write an executable script at ``path`` that runs the arm64 rootfs Python; return its path.
+
+    ``bare``: the Python runs with ``-S`` (no site-packages or dist-packages), so neither numpy nor
+    onnxruntime imports: a device Python with nothing installed."""
     root = Path(root or rootfs_dir())
     qemu = shutil.which(QEMU)
     path = Path(path)
-    path.write_text(f'#!/bin/sh\nexec {qemu} -L {root} -0 "$0" {root}/usr/bin/python3 "$@"\n')
+    flags = " -S" if bare else ""
+    path.write_text(f'#!/bin/sh\nexec {qemu} -L {root} -0 "$0" {root}/usr/bin/python3{flags} "$@"\n')
     path.chmod(0o755)
     return path

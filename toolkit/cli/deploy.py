@@ -35,6 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lab benchmark, for `edgekit field report`",
     )
     encrypt_key_option(s)
+    s.add_argument(
+        "--setup",
+        action="store_true",
+        help="first install the bundle's runtime on the device (wheels downloaded here, pushed over the transport; "
+        "no network needed there) when it lacks it or has another version: see `edgekit device setup`",
+    )
     s.set_defaults(func=run_deploy)
 
     s = sub.add_parser("bench", help="benchmark a bundle already deployed on a device")
@@ -110,6 +116,8 @@ def run_deploy(args: argparse.Namespace) -> int:
             "--encrypt-key applies to one device: run `edgekit agent start --encrypt-key FILE` on each device "
             "(the agent remembers it), then deploy to the fleet"
         )
+    if devices is not None and args.setup:
+        raise EdgekitError("--setup applies to one device: run `edgekit deploy --setup` per device, then the fleet")
     if devices is not None:
         return run_fleet(args, "deploy", devices)
     from .. import bundle as bundle_mod
@@ -127,6 +135,7 @@ def run_deploy(args: argparse.Namespace) -> int:
             progress=upload_progress(args),
             log=logger(args),
             profile_layers=args.profile_layers,
+            setup=args.setup,
         )
     emit(args, report, _deploy_text)
     return 0

@@ -1,19 +1,28 @@
-"""``edgekit device probe``: what a device is, read from the device (no agent or runtime needed there)."""
+"""``edgekit device probe``: what a device is, read from the device (no agent or runtime needed there).
+``edgekit device setup [BUNDLE] [--backend B] [--version V]``: install the runtime a bundle needs on a device
+that has no network (wheels downloaded here, pushed over the transport)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from ..errors import EdgekitError
 from .options import device_options, open_device
-from .output import emit
+from .output import emit, logger
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("device", help="read what a device is (OS, CPU features and clusters, memory, accelerators)")
-    s.add_argument("action", choices=["probe"])
+    s = sub.add_parser(
+        "device",
+        help="read what a device is (OS, CPU features and clusters, memory, accelerators), or set up its runtime",
+    )
+    s.add_argument("action", choices=["probe", "setup"])
+    s.add_argument("bundle", nargs="?", help="setup: the bundle whose runtime (backend and version) to install")
+    s.add_argument("--backend", help="setup: the backend whose runtime to install (default: the bundle's)")
+    s.add_argument("--version", help="setup: the runtime version (default: the one the bundle was checked with)")
     device_options(s)
-    s.add_argument("--json", action="store_true", help="print the probe as one JSON object")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(func=run_device)
 
 
@@ -25,7 +34,44 @@ def probe_device(args: argparse.Namespace) -> dict[str, Any]:
         return device_probe(dev)
 
 
+def setup_device(args: argparse.Namespace) -> dict[str, Any]:
+    """Set up the runtime of ``args.bundle`` (or ``--backend``) on the device the flags name."""
+    from ..deployer import bundle_profile
+    from ..device_setup import setup
+
+    manifest = None
+    if args.bundle:
+        from .. import bundle as bundle_mod
+
+        manifest = bundle_mod.load(args.bundle)
+    elif not args.backend:
+        raise EdgekitError("device setup needs a bundle directory or --backend B (ort, openvino, mnn, ...)")
+    prof = bundle_profile(manifest) if manifest else None
+    with open_device(args, prof) as dev:
+        return setup(dev, bundle=args.bundle, backend=args.backend, version=args.version, log=logger(args))
+
+
+def setup_text(r: dict[str, Any]) -> str:
+    p = r["platform"]
+    lines = [
+        f"{r['package']} {r['version']} for {r['backend']} on {p['machine']} ({p['libc']} {p['libc_version']}, "
+        f"Python {p['python']}) in {r['site']}"
+    ]
+    lines += [f"  installed {x['name']} {x['version']} ({x['wheel']})" for x in r["installed"]]
+    if not r["installed"]:
+        lines.append("  already there: nothing installed")
+    if r.get("bundle"):
+        lines.append(f"  {r['bundle']['name']} installed and loaded")
+    lines.append(f"  {r['seconds']} s")
+    return "\n".join(lines) + "\n"
+
+
 def run_device(args: argparse.Namespace) -> int:
+    if args.action == "setup":
+        emit(args, setup_device(args), setup_text)
+        return 0
+    if args.bundle or args.backend or args.version:
+        raise EdgekitError("device probe takes no bundle, --backend or --version (those are for device setup)")
     from ..probe_text import probe_text
 
     emit(args, probe_device(args), probe_text)
