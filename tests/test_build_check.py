@@ -46,6 +46,9 @@ def test_a_runtime_error_on_the_built_model_names_the_step_and_what_to_do():
     message = str(e.value)
     assert "ort built 'fp16' but its runtime cannot run it" in message and "Type Error" in message
     assert "--precision fp32" in message and ".." not in message
+    with pytest.raises(ConversionError) as e:  # an fp32 build is not told to try fp32
+        _checker(Fail("Load model failed: unsupported op")).check("fp32 (ONNX -> IR)", "m.onnx")
+    assert "--precision" not in str(e.value) and "Choose another backend: ort and openvino" in str(e.value)
 
 
 def test_edgekit_errors_pass_through_unchanged():

@@ -84,11 +84,11 @@ __all__ = [
     "create_profile",
     "deploy",
     "device_probe",
-    "setup_device",
     "doctor",
     "open_device",
     "parse_url",
     "profile",
     "profile_html",
     "profiles",
+    "setup_device",
 ]

@@ -38,8 +38,10 @@ def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException) 
         )
     else:
         kinds = ""
+    other = "another backend" if step.startswith("fp32") else "another backend or precision (e.g. --precision fp32)"
+    export = ", or export the model with float32/int32 inputs" if special else ""
     return (
         f"{backend} built '{step}' but its runtime cannot run it on the fidelity samples: {first}.{kinds} "
-        f"Choose another backend or precision (e.g. --precision fp32; ort and openvino run int64, bool and 0-d "
-        "inputs), or export the model with float32/int32 inputs. Nothing was written."
+        f"Choose {other}: ort and openvino run every input kind and the most ONNX operators{export}. "
+        "Nothing was written."
     )
