@@ -25,8 +25,9 @@ class _Failing:
         raise self.error
 
 
-def _checker(error):
+def _checker(error, precision="fp16"):
     p = SimpleNamespace(
+        precision=precision,
         log=lambda m: None,
         fid_ds=_Data(),
         runs=_Failing(error),
@@ -47,7 +48,7 @@ def test_a_runtime_error_on_the_built_model_names_the_step_and_what_to_do():
     assert "ort built 'fp16' but its runtime cannot run it" in message and "Type Error" in message
     assert "--precision fp32" in message and ".." not in message
     with pytest.raises(ConversionError) as e:  # an fp32 build is not told to try fp32
-        _checker(Fail("Load model failed: unsupported op")).check("fp32 (ONNX -> IR)", "m.onnx")
+        _checker(Fail("Load model failed: unsupported op"), "fp32").check("ONNX -> OpenVINO IR (fp32)", "m.onnx")
     assert "--precision" not in str(e.value) and "Choose another backend: ort and openvino" in str(e.value)
 
 

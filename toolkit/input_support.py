@@ -22,7 +22,7 @@ def describe_inputs(specs: list[Any]) -> list[str]:
     return out
 
 
-def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException) -> str:
+def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException, precision: str = "") -> str:
     """The message for a built model its runtime fails to run on the fidelity samples."""
     first = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     special = describe_inputs(specs)
@@ -38,7 +38,7 @@ def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException) 
         )
     else:
         kinds = ""
-    other = "another backend" if step.startswith("fp32") else "another backend or precision (e.g. --precision fp32)"
+    other = "another backend" if precision == "fp32" else "another backend or precision (e.g. --precision fp32)"
     export = ", or export the model with float32/int32 inputs" if special else ""
     return (
         f"{backend} built '{step}' but its runtime cannot run it on the fidelity samples: {first}.{kinds} "
