@@ -235,3 +235,16 @@ def test_inputs_every_sequence_holds_once_are_named(tmp_path, model):
     assert ds.meta["stream"] == {"lengths": [1, 1], "held_once": ["x"]}
     np.savez(tmp_path / "once" / "s2.npz", x=streams.sequence(3, 0))
     assert p.load(tmp_path / "once", model.inputs).meta["stream"]["held_once"] == []
+
+
+def test_a_growing_state_on_a_static_shape_backend_is_refused_before_any_work(tmp_path):
+    """A KV cache declared [1:9] long cannot become a static TFLite model: the build says so and names the way out."""
+    import edgekit
+    from edgekit.errors import ConversionError
+
+    with pytest.raises(ConversionError, match=r"stream state 'past\.k'.*tflite runs static shapes only.*ort, openvino"):
+        edgekit.build(
+            tmp_path / "not-read.onnx", "host", tmp_path / "out", backend="tflite", precision="fp32",
+            stream={"past.k": "present.k"}, input_shapes=["ids=1,1", "past.k=1,8,[1:9],36"],
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists()

@@ -24,7 +24,7 @@ from .build_check import StepChecker, resolve
 from .build_options import BuildOptions
 from .build_prepare import CACHE_EPOCH, CALIB_SAMPLES, FIDELITY_SAMPLES, Prepared, prepare  # noqa: F401
 from .build_write import write_bundle
-from .errors import ModelError
+from .errors import ConversionError, ModelError
 from .host_timing import SLOWER
 from .report import write_report
 from .shape_checks import shape_text
@@ -57,6 +57,7 @@ def build(model: Any, profile: Any, output: Any, options: Optional[BuildOptions]
     its decoder tail in float (:mod:`edgekit.converters.heads`); False builds and judges the plain INT8 model.
     """
     opts = BuildOptions.of(options, **kwargs)
+    _refuse_growing_state_on_static(profile, opts)
     declared = _variant_declaration(profile, opts)
     if declared:
         return _build_variants(model, profile, output, opts, declared)
@@ -93,6 +94,31 @@ def _build_choosing(model: Any, profile: Any, output: Any, opts: BuildOptions) -
         }
         write_report(Path(output), report)
     return report
+
+
+def _refuse_growing_state_on_static(profile: Any, opts: BuildOptions) -> None:
+    """A stream state declared with a varying size (a KV cache that grows each step) cannot run where shapes must be
+    static: say so before any work, naming the state and the backends that keep it dynamic."""
+    if not opts.stream or not opts.input_shapes:
+        return
+    try:
+        from .stream import parse_stream
+
+        spec = parse_stream(opts.stream)
+        declared = shape_variants.declaration(opts.input_shapes)
+        prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
+        be = converters.get(opts.backend)
+        static = static_reason(opts.backend, be.row.dynamic_shapes, prof.backend(opts.backend))
+    except Exception:  # the ordinary build reports it
+        return
+    growing = [n for n in (spec.pairs if spec else {}) if any(not isinstance(d, int) for d in declared.get(n, []))]
+    if static and growing:
+        raise ConversionError(
+            f"the stream state {growing[0]!r} is declared with a size that varies ({len(growing)} such state(s), e.g. "
+            f"a KV cache that grows each step), but {static}: a static model cannot take a state that grows. Build "
+            "for a backend that keeps dimensions dynamic (ort, openvino, mnn on their CPU), or give the state one "
+            "fixed size (a cache of fixed length)"
+        )
 
 
 def _variant_declaration(profile: Any, opts: BuildOptions) -> Optional[Dict[str, List[Any]]]:
