@@ -249,16 +249,14 @@ def test_mnn_that_cannot_run_the_encoder_says_so(zoo, romanizer_jsonl, tmp_path)
     assert not (tmp_path / "mnn").exists()
 
 
-def test_silero_vad_ort_format_refusal_is_clear(zoo, vad_data, tmp_path):
-    """The ORT format cannot leave constant folding out, which breaks this model's If branches once shapes are
-    fixed: the build says so and what to do, and writes nothing."""
-    from edgekit.errors import ConversionError
-
+def test_silero_vad_for_the_ort_format_is_built_with_sr_fixed(zoo, vad_data, tmp_path):
+    """The ORT format cannot leave out the constant folding that breaks this model's If branches once shapes are
+    fixed; with sr given once, the graph is specialised first (If folded), so the .ort build works."""
     _, models = zoo
-    with pytest.raises(ConversionError, match=r"constant folding breaks this model's If branches.*host"):
-        edgekit.build(
-            models / "silero_vad.onnx", "raspberrypi5", tmp_path / "pi5", backend="ort", precision="fp32",
-            val=vad_data, input_shapes=["input=1,576", "state=2,1,128"], sample_axes={"state": 1},
-            input_values={"sr": 16000},
-        )  # fmt: skip
-    assert not (tmp_path / "pi5").exists()
+    report = edgekit.build(
+        models / "silero_vad.onnx", "raspberrypi5", tmp_path / "pi5", backend="ort", precision="fp32",
+        val=vad_data, input_shapes=["input=1,576", "state=2,1,128"], sample_axes={"state": 1},
+        input_values={"sr": 16000},
+    )  # fmt: skip
+    assert report["fidelity"]["passed"] and (tmp_path / "pi5" / "model.ort").is_file()
+    assert report["specialised"]["fixed_inputs"][0]["name"] == "sr"

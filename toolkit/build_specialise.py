@@ -58,7 +58,8 @@ def apply(p: Prepared, work: Path) -> tuple[Prepared, Path | None]:
     None where the backend runs the graph as it is, no input holds one value, or fixing it changes no ``If``."""
     from edgekit.converters.onnx_specialise import specialise
 
-    if not getattr(p.be, "specialises_inputs", False):
+    wants = getattr(p.be, "specialises_for", None)
+    if not (wants(p.prof) if callable(wants) else getattr(p.be, "specialises_inputs", False)):
         return p, None
     fixed = fixed_values(p)
     if not fixed:

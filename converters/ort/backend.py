@@ -37,6 +37,12 @@ EXACT = "ort.exact_int8"  # session memo: this build's int8 models are checked w
 class OrtBackend(OrtQuantization, OrtFormats, Backend):
     name = "ort"
     specialises_inputs = False  # ONNX Runtime runs If
+
+    def specialises_for(self, profile: Any) -> bool:
+        """Fix one-valued inputs in the graph only for the ORT format: its conversion cannot leave out the constant
+        folding that breaks If branches once shapes are fixed (Silero VAD); plain ONNX runs If as it is."""
+        return bool(profile.backend("ort").get("format") == "ort")
+
     placement = "edgekit.converters.ort.placement"  # its part of edgekit explain (edgekit.placement)
     install_hint = "Install it with: pip install 'edgekit[ort]' (or pip install onnxruntime)."
 
