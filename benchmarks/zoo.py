@@ -148,7 +148,8 @@ def run_cell(args: argparse.Namespace) -> int:
             i["name"] for i in report.get("inputs", []) if any(not isinstance(d, int) for d in i.get("shape", []))
         )
     except EdgekitError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()] or [type(exc).__name__]
+        first = lines[0] + (f" {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else "")
         result = {"status": "refused", "error": f"{type(exc).__name__}: {first}"}
     result["build_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result))

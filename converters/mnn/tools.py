@@ -83,7 +83,11 @@ def _run_tool(kind: str, argv: Sequence[str], cwd: str | Path, expect: str | Pat
     code, out = _finish_tool(_start_tool(kind, argv, cwd))
     # _tools returns True even when it failed (e.g. "Model File Does Not Exist!"): the file decides.
     if code != 0 or not Path(expect).is_file() or Path(expect).stat().st_size == 0:
-        why = f"exit {code}" + (" (killed by a signal: the tool crashed)" if code < 0 else "")
+        why = (
+            f"exit {code}" + (" (killed by a signal: the tool crashed)" if code < 0 else "")
+            if code != 0
+            else f"it exited 0 but wrote no {Path(expect).name}"
+        )
         raise ConversionError(
             f"MNN {'converter' if kind == 'convert' else 'quantization tool'} failed ({why}):\n    {_tail(out)}"
         )
