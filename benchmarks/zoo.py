@@ -359,6 +359,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _not_run(cells: list[dict[str, Any]]) -> str:
+    """The matrix's columns with models missing from ``cells``: ``"tflite int8 (12 of 21 models)"``, ..."""
+    models = {c["model"] for c in cells}
+    have: dict[tuple[str, str, str], set[str]] = {}
+    for c in cells:
+        have.setdefault((c["profile"], c["backend"], c["precision"]), set()).add(c["model"])
+    out, done = [], set()
+    for profile in PROFILES:
+        pairs = cells_for(profile, None, None, done)
+        done |= set(pairs)
+        for backend, precision in pairs:
+            n = len(models - have.get((profile, backend, precision), set()))
+            if n:
+                name = f"{'' if profile == 'host' else 'rpi5 '}{SHORT.get(backend, backend)} {precision}"
+                out.append(f"{name} ({n} of {len(models)} models)")
+    return ", ".join(out)
+
+
 def write_readme(results: Path, readme: Path) -> int:
     """Put the summary and the one-row-per-model table of ``results`` between the README's zoo-table markers."""
     data = json.loads(results.read_text())
@@ -370,6 +388,9 @@ def write_readme(results: Path, readme: Path) -> int:
     when = time.strftime("%Y-%m-%d", time.gmtime(results.stat().st_mtime))
     block = f"{start}\n\n{data['summary']} ({when}, {round(data['seconds'] / 60)} min on this 2-core machine):\n\n"
     block += pivot(data["cells"]) + "\n\n"
+    missing = _not_run(data["cells"])
+    if missing:
+        block += f"Not run yet (`python benchmarks/zoo.py --resume` runs them): {missing}.\n\n"
     head, rest = text.split(start, 1)
     readme.write_text(head + block + end + rest.split(end, 1)[1])
     return 0
