@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the agent and remove the work dir
     work = Path(tempfile.mkdtemp(prefix="edgekit-bench-zoo-"))
     os.environ["EDGEKIT_CACHE_DIR"] = str(work / "cache")
-    device = C.open_local_device(work / "device")
+    devices = LocalDevices(work / "device")  # one agent per Python: a tool environment's backend runs in its own
     try:
         for name, profile, backend, precision in todo:
             log(f"{name} {profile} {backend} {precision}")
@@ -346,14 +346,15 @@ def main(argv: list[str] | None = None) -> int:
             cell.update(model=name, profile=profile, backend=backend, precision=precision)
             cell["recipe_task"] = recipes.RECIPES[name].task
             if cell["status"] in ("ok", "degraded") and profile == "host":
-                cell.update(_time_on_agent(device, cell["bundle"], min(args.runs, recipes.RECIPES[name].max_runs)))
+                runs = min(args.runs, recipes.RECIPES[name].max_runs)
+                cell.update(_time_on_agent(devices.get(backend), cell["bundle"], runs))
             cell.pop("bundle", None)
             log(f"  -> {_fmt_cell(cell)} [{cell.get('build_s')} s]")
             saved.add(cell, C.environment())  # after every cell: a stopped run keeps what it measured (--resume)
     finally:
         import shutil
 
-        C.stop_agent(device, work / "device")
+        devices.stop(C.stop_agent)
         shutil.rmtree(work, ignore_errors=True)
     print(saved.markdown())
     return 0
@@ -394,6 +395,26 @@ def write_readme(results: Path, readme: Path) -> int:
     head, rest = text.split(start, 1)
     readme.write_text(head + block + end + rest.split(end, 1)[1])
     return 0
+
+
+class LocalDevices:
+    """This machine as the device, one agent per backend's Python (``<root>-<backend>`` for a backend whose runtime
+    lives in a tool environment, as ``edgekit deploy --local`` picks it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.open: dict[str, Any] = {}
+
+    def get(self, backend: str) -> Any:
+        from edgekit.deployer import open_device
+
+        if backend not in self.open:
+            self.open[backend] = open_device("local", device_root=str(self.root), backend=backend)
+        return self.open[backend]
+
+    def stop(self, stop_agent: Any) -> None:
+        for dev in self.open.values():
+            stop_agent(dev, dev.root)
 
 
 class Results:
