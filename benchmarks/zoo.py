@@ -252,6 +252,11 @@ def pivot(results: list[dict[str, Any]]) -> str:
                     notes.append(reason)
                 mark = f"deg [{notes.index(reason) + 1}]"
             text = f"{mark} {_ms(c['agent_p50_ms'])} ms" if "agent_p50_ms" in c else mark
+            if "agent_error" in c:  # built and checked, but the agent run to time it failed
+                reason = f"built, not timed: {c['agent_error'][:200]}".replace("|", "\\|")
+                if reason not in notes:
+                    notes.append(reason)
+                text = f"{mark}, untimed [{notes.index(reason) + 1}]"
         else:
             reason = f"{c['status']}: {c.get('error', '')}".replace("|", "\\|")
             if reason not in notes:
