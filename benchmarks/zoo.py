@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,7 +254,8 @@ def pivot(results: list[dict[str, Any]]) -> str:
                 mark = f"deg [{notes.index(reason) + 1}]"
             text = f"{mark} {_ms(c['agent_p50_ms'])} ms" if "agent_p50_ms" in c else mark
             if "agent_error" in c:  # built and checked, but the agent run to time it failed
-                reason = f"built, not timed: {c['agent_error'][:200]}".replace("|", "\\|")
+                why = re.sub(r"version [0-9a-f]{16} ", "", c["agent_error"])  # one note for every bundle
+                reason = f"built, not timed: {why[:200]}".replace("|", "\\|")
                 if reason not in notes:
                     notes.append(reason)
                 text = f"{mark}, untimed [{notes.index(reason) + 1}]"
