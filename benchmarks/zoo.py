@@ -260,7 +260,9 @@ def pivot(results: list[dict[str, Any]]) -> str:
                     notes.append(reason)
                 text = f"{mark}, untimed [{notes.index(reason) + 1}]"
         else:
-            reason = f"{c['status']}: {c.get('error', '')}".replace("|", "\\|")
+            # a tool's log prefix (pid, thread, time) would make every note unique
+            error = re.sub(r"\[ERROR\] \w+\([^)]*\):\S+ ", "", str(c.get("error", "")))
+            reason = f"{c['status']}: {error}".replace("|", "\\|")
             if reason not in notes:
                 notes.append(reason)
             text = f"✗ [{notes.index(reason) + 1}]"
