@@ -33,20 +33,9 @@ NAME = "tasks"
 ZOO = Path(__file__).resolve().parent / "zoo"
 DEFAULT_BACKENDS = ("ort", "openvino")
 PRECISIONS = ("fp32", "fp16", "int8")
-LINES = [
-    "Edge devices",
-    "run small models",
-    "close to the camera",
-    "Fidelity checks",
-    "on every step",
-    "Shipping 2026",
-    "int8 or fp16",
-    "box F1 and mAP",
-    "text lines",
-    "a detector",
-    "quantized heads",
-    "calibration",
-]
+sys.path.insert(0, str(ZOO))
+from recipes import LINES  # noqa: E402  # the rendered text lines the zoo matrix uses too
+from recipes import rendered_line as zoo_line  # noqa: E402
 
 
 def _yolo_inputs(data, cache, n, seed):
@@ -62,18 +51,11 @@ def _yolo_inputs(data, cache, n, seed):
     return {"images": np.stack(xs)}
 
 
-def _line(data, text, rng):
-    from PIL import ImageOps
-
-    img = data.text_line(text, height=int(rng.integers(40, 56)))
-    return ImageOps.expand(img, border=int(rng.integers(0, 12)), fill="white")
-
-
 def _rec_inputs(data, cache, n, seed):
     rng = np.random.default_rng(seed)
     xs = []
     for k in range(n):
-        x = data.ppocr_line_input(_line(data, LINES[k % len(LINES)], rng))[..., :320]
+        x = data.ppocr_line_input(zoo_line(LINES[k % len(LINES)], rng))[..., :320]
         xs.append(np.pad(x, ((0, 0), (0, 0), (0, 0), (0, 320 - x.shape[3])))[0])
     return {"x": np.stack(xs)}
 
@@ -82,7 +64,7 @@ def _cls_inputs(data, cache, n, seed):
     rng = np.random.default_rng(seed)
     xs = []
     for k in range(n):
-        img = _line(data, LINES[k % len(LINES)], rng)
+        img = zoo_line(LINES[k % len(LINES)], rng)
         xs.append(data.ppocr_cls_input(img.rotate(180) if k % 2 else img)[0])
     return {"x": np.stack(xs)}
 

@@ -25,8 +25,19 @@ keyword models: a verifier branch taken when the score passes a threshold). Such
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 POOLS = ("MaxPool", "AveragePool", "LpPool")
+
+
+def _save_copy(model: Any, onnx_path: str | Path, work: Path, suffix: str) -> Path:
+    """``model`` (the rewritten ``onnx_path``) saved in ``work`` as ``<stem>.<suffix>.onnx``."""
+    import onnx
+
+    Path(work).mkdir(parents=True, exist_ok=True)
+    out = Path(work) / f"{Path(onnx_path).stem}.{suffix}.onnx"
+    onnx.save(model, str(out))
+    return out
 
 
 def drop_default_dilations(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
@@ -46,10 +57,7 @@ def drop_default_dilations(onnx_path: str | Path, work: Path) -> tuple[Path, lis
                 changed.append(node.name or node.output[0])
     if not changed:
         return Path(onnx_path), []
-    Path(work).mkdir(parents=True, exist_ok=True)
-    out = Path(work) / (Path(onnx_path).stem + ".tidy.onnx")
-    onnx.save(model, str(out))
-    return out, changed
+    return _save_copy(model, onnx_path, work, "tidy"), changed
 
 
 def clip_bounds_as_max_min(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
@@ -83,10 +91,7 @@ def clip_bounds_as_max_min(onnx_path: str | Path, work: Path) -> tuple[Path, lis
         return Path(onnx_path), []
     del g.node[:]
     g.node.extend(nodes)
-    Path(work).mkdir(parents=True, exist_ok=True)
-    out_path = Path(work) / (Path(onnx_path).stem + ".clip.onnx")
-    onnx.save(model, str(out_path))
-    return out_path, changed
+    return _save_copy(model, onnx_path, work, "clip"), changed
 
 
 def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
@@ -124,10 +129,7 @@ def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[
     del g.node[:]
     g.node.extend(nodes)
     g.initializer.extend(shapes)
-    Path(work).mkdir(parents=True, exist_ok=True)
-    out_path = Path(work) / (Path(onnx_path).stem + ".reshape.onnx")
-    onnx.save(model, str(out_path))
-    return out_path, changed
+    return _save_copy(model, onnx_path, work, "reshape"), changed
 
 
 def pad_rank2_as_rank4(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
@@ -175,10 +177,7 @@ def pad_rank2_as_rank4(onnx_path: str | Path, work: Path) -> tuple[Path, list[st
         return Path(onnx_path), []
     del g.node[:]
     g.node.extend(nodes)
-    Path(work).mkdir(parents=True, exist_ok=True)
-    out_path = Path(work) / (Path(onnx_path).stem + ".pad4.onnx")
-    onnx.save(model, str(out_path))
-    return out_path, changed
+    return _save_copy(model, onnx_path, work, "pad4"), changed
 
 
 def if_condition_as_scalar(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
@@ -214,7 +213,4 @@ def if_condition_as_scalar(onnx_path: str | Path, work: Path) -> tuple[Path, lis
         changed.append(node.name or node.output[0])
     if not changed:
         return Path(onnx_path), []
-    Path(work).mkdir(parents=True, exist_ok=True)
-    out = Path(work) / (Path(onnx_path).stem + ".ifcond.onnx")
-    onnx.save(model, str(out))
-    return out, changed
+    return _save_copy(model, onnx_path, work, "ifcond"), changed

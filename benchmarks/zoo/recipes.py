@@ -85,7 +85,8 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def _line(text: str, rng: np.random.Generator, height: int = 48) -> Any:
+def rendered_line(text: str, rng: np.random.Generator, height: int = 48) -> Any:
+    """A text line rendered a little taller or shorter than ``height``, with a random white border."""
     from PIL import ImageOps
 
     img = D.text_line(text, height=int(rng.integers(height - 8, height + 8)))
@@ -113,13 +114,13 @@ def ppocr_det(cache: Path, n: int, seed: int) -> list[Sample]:
 
 def ppocr_rec(cache: Path, n: int, seed: int) -> list[Sample]:
     rng = _rng(seed)
-    return [{"x": _fit_width(D.ppocr_line_input(_line(LINES[k % len(LINES)], rng)), 320)} for k in range(n)]
+    return [{"x": _fit_width(D.ppocr_line_input(rendered_line(LINES[k % len(LINES)], rng)), 320)} for k in range(n)]
 
 
 def ppocr_cls(cache: Path, n: int, seed: int) -> list[Sample]:
     rng, out = _rng(seed), []
     for k in range(n):
-        img = _line(LINES[k % len(LINES)], rng)
+        img = rendered_line(LINES[k % len(LINES)], rng)
         out.append({"x": D.ppocr_cls_input(img.rotate(180) if k % 2 else img)})
     return out
 
@@ -151,7 +152,10 @@ def yolov8(cache: Path, n: int, seed: int) -> list[Sample]:
 
 def dddd_ocr(cache: Path, n: int, seed: int) -> list[Sample]:
     rng = _rng(seed)
-    return [{"input1": _fit_width(D.ddddocr_line_input(_line(LINES[k % len(LINES)], rng, 64)), 256)} for k in range(n)]
+    return [
+        {"input1": _fit_width(D.ddddocr_line_input(rendered_line(LINES[k % len(LINES)], rng, 64)), 256)}
+        for k in range(n)
+    ]
 
 
 def dddd_det(cache: Path, n: int, seed: int) -> list[Sample]:
