@@ -96,6 +96,12 @@ def _build_choosing(model: Any, profile: Any, output: Any, opts: BuildOptions) -
     return report
 
 
+def _static_reason(profile: Any, opts: BuildOptions) -> Optional[str]:
+    """Why this backend on this profile needs static shapes (edgekit.shapes.static_reason), or None."""
+    prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
+    return static_reason(opts.backend, converters.get(opts.backend).row.dynamic_shapes, prof.backend(opts.backend))
+
+
 def _refuse_growing_state_on_static(profile: Any, opts: BuildOptions) -> None:
     """A stream state declared with a varying size (a KV cache that grows each step) cannot run where shapes must be
     static: say so before any work, naming the state and the backends that keep it dynamic."""
@@ -106,9 +112,7 @@ def _refuse_growing_state_on_static(profile: Any, opts: BuildOptions) -> None:
 
         spec = parse_stream(opts.stream)
         declared = shape_variants.declaration(opts.input_shapes)
-        prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
-        be = converters.get(opts.backend)
-        static = static_reason(opts.backend, be.row.dynamic_shapes, prof.backend(opts.backend))
+        static = _static_reason(profile, opts)
     except Exception:  # the ordinary build reports it
         return
     growing = [n for n in (spec.pairs if spec else {}) if any(not isinstance(d, int) for d in declared.get(n, []))]
@@ -129,9 +133,7 @@ def _variant_declaration(profile: Any, opts: BuildOptions) -> Optional[Dict[str,
         return None
     try:
         declared = shape_variants.declaration(opts.input_shapes)
-        prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
-        be = converters.get(opts.backend)
-        static = static_reason(opts.backend, be.row.dynamic_shapes, prof.backend(opts.backend))
+        static = _static_reason(profile, opts)
     except Exception:  # the ordinary build reports it
         return None
     varies = any(not isinstance(d, int) and d is not None for dims in declared.values() for d in dims)
