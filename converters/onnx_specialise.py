@@ -155,3 +155,42 @@ def _drop_unused(g: Any) -> None:
     keep = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep)
+
+
+# ops whose presence above an If's condition means the condition is computed from the data, not switched by an input
+_COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Sigmoid", "Softmax", "Relu", "Tanh"}
+
+
+def control_flow_advice(model: Any, backend_said: str) -> str | None:
+    """What a user can do about the first ``If``/``Loop``/``Scan`` node a converter failed on: fix the graph
+    input(s) its condition switches on (``--input-value``, folded by :func:`specialise`), or, when the condition
+    is computed from the data at run time, choose a backend that runs control flow. None if there is none."""
+    g = model.graph
+    flow = [n for n in g.node if n.op_type in ("If", "Loop", "Scan")]
+    if not flow:
+        return None
+    node = flow[0]
+    name = node.name or node.output[0]
+    head = f"{backend_said} cannot convert the {node.op_type} node {name!r} (control flow)"
+    others = "choose another backend (ort, openvino, mnn or tflite run it)"
+    if node.op_type != "If":
+        return f"{head}: {others}"
+    producer = {o: n for n in g.node for o in n.output}
+    inputs = {i.name for i in g.input}
+    seen, stack, found, ops = set(), [node.input[0]], [], set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            found.append(t)
+        elif t in producer:
+            ops.add(producer[t].op_type)
+            stack.extend(producer[t].input)
+    if not found or ops & _COMPUTE:
+        return f"{head}: its condition is computed from the data at run time, so it cannot be folded away; {others}"
+    return (
+        f"{head}: its condition depends only on the input(s) {', '.join(sorted(found))}; give the value they hold "
+        f"(--input-value NAME=VALUE, or once in each .npz) and edgekit folds the If away (docs/INPUTS.md), or {others}"
+    )

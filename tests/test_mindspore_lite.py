@@ -142,6 +142,89 @@ def test_hardsigmoid_rewrite_keeps_the_values_in_both_clip_forms(tmp_path, opset
     assert np.abs(got - want).max() < 1e-6 and want.min() == 0.0 and want.max() == 1.0
 
 
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mindspore_convert", BE_TOOLS / "mindspore_convert.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_unsupported_op_rewrites_keep_the_values():
+    """HardSwish, GreaterOrEqual and LessOrEqual (which the converter's ONNX parser lists as unsupported) are
+    rewritten into ops it has; onnxruntime computes the same values from both graphs."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    tool = _tool()
+    f = TensorProto.FLOAT
+    g = helper.make_graph(
+        [
+            helper.make_node("HardSwish", ["x"], ["hs"]),
+            helper.make_node("GreaterOrEqual", ["x", "t"], ["ge"]),
+            helper.make_node("LessOrEqual", ["x", "t"], ["le"]),
+        ],
+        "ops",
+        [helper.make_tensor_value_info("x", f, [2, 8]), helper.make_tensor_value_info("t", f, [2, 8])],
+        [helper.make_tensor_value_info(n, t, [2, 8]) for n, t in (("hs", f), ("ge", TensorProto.BOOL), ("le", 9))],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=7)
+    x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
+    feeds = {"x": x, "t": np.round(x)}  # equal values included: >= and <= differ from > and < there
+
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    want = run(model)
+    assert tool.rewrite_unsupported(model) == {"HardSwish": 1, "GreaterOrEqual": 1, "LessOrEqual": 1}
+    assert tool.rewrite_hardsigmoid(model) == 1  # the HardSwish's HardSigmoid
+    onnx.checker.check_model(model, full_check=True)
+    assert not {"HardSwish", "GreaterOrEqual", "LessOrEqual", "HardSigmoid"} & {n.op_type for n in model.graph.node}
+    got = run(model)
+    assert np.abs(got[0] - want[0]).max() < 1e-6
+    assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2]) and want[1].any() and want[2].any()
+
+
+def test_the_converters_log_is_read_for_the_cause():
+    """The native log lines of MindSpore Lite 2.0.0 (as it wrote them) become one line naming the cause."""
+    tool = _tool()
+    prefix = "[ERROR] LITE(23807,7f9477e11b80,python):2026-12-02-00:45:21.019.255 "
+    ops = (
+        f"{prefix}[mindspore/lite/tools/converter/converter_funcgraph.cc:162] Build] Load model file failed\n"
+        f"{prefix}[mindspore/lite/tools/converter/converter_context.h:63] PrintOps] FMKTYPE: ONNX, OP TYPE: GRU\n"
+    )
+    assert tool.explain(ops) == "the MindSpore Lite converter does not support the ONNX op(s) GRU"
+    infer = f"{prefix}[mindspore/lite/src/litert/scheduler.cc:852] InferSubGraphShape] InferShape failed, name: "
+    assert tool.explain(infer + "node_squeeze, type: Squeeze", "runtime") == (
+        "the MindSpore Lite runtime could not infer the output shape of node 'node_squeeze' (Squeeze)"
+    )
+    other = f"{prefix}[mindspore/lite/src/litert/kernel/cpu/fp32/prelu_fp32.cc:50] Prepare] slope_shapes: 256 is"
+    assert tool.explain(other) == "the MindSpore Lite converter failed: slope_shapes: 256 is (prelu_fp32.cc)"
+
+
+def test_an_unsupported_op_is_named_by_the_real_converter(env_python, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "w")
+    r = numpy_helper.from_array(rng.standard_normal((1, 12, 4)).astype(np.float32), "r")
+    g = helper.make_graph(
+        [helper.make_node("GRU", ["x", "w", "r"], ["y"], hidden_size=4, name="gru_0")],
+        "gru",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, 1, 4])],
+        [w, r],
+    )
+    src = tmp_path / "gru.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=7), str(src))
+    p = _build(src, "--profile", "host", "--precision", "fp32", "-o", tmp_path / "out", check=1)
+    assert "failed (exit 1): the MindSpore Lite converter does not support the ONNX op(s) GRU" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr.split("last output:")[0] and not (tmp_path / "out").exists()
+
+
 def test_opset10_hardsigmoid_model_converts_and_matches(env_python, tmp_path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper

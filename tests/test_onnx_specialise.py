@@ -117,3 +117,23 @@ def test_the_agent_takes_a_fixed_input_left_out_or_at_its_value_and_refuses_anot
     plain = Runner("/nowhere", {"model": "m.onnx", "inputs": manifest["inputs"]})
     feeds = {"x": x, "sr": np.array(16000, np.int64)}
     assert plain.drop_fixed(feeds) is feeds  # a bundle without fixed inputs: check_feeds names the unknown input
+
+
+def test_control_flow_advice_tells_an_input_switch_from_a_condition_computed_from_the_data():
+    from edgekit.converters.onnx_specialise import control_flow_advice
+
+    switched = control_flow_advice(_model(), "X2Paddle 1.6.0")
+    assert switched is not None
+    assert "cannot convert the If node 'If_0'" in switched and "the input(s) sr" in switched
+    assert "--input-value" in switched
+    computed = _model()
+    g = computed.graph
+    g.node[1].CopyFrom(helper.make_node("Sigmoid", ["x"], ["score"]))  # If(score >= 0.5): a detector's decision
+    g.node.insert(2, helper.make_node("ReduceMax", ["score"], ["best"], keepdims=0))
+    g.node.insert(3, helper.make_node("Greater", ["best", "rate_f"], ["is16k"]))
+    g.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), "rate_f"))
+    advice = control_flow_advice(computed, "MindSpore Lite 2.0.0")
+    assert advice is not None and "computed from the data at run time" in advice
+    assert "--input-value" not in advice and "another backend" in advice
+    no_flow = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [], []))
+    assert control_flow_advice(no_flow, "X") is None

@@ -221,3 +221,24 @@ def test_x2paddle_failures_on_an_lstm_or_an_if_name_the_node_and_what_to_do(tmp_
     assert e is not None and "LSTM node 'rnn'" in str(e) and "another backend" in str(e)
     assert "Traceback" not in str(e)
     assert x2paddle_limitation(path, "some other failure") is None  # the converter's own message then stands
+
+
+def test_an_op_x2paddle_cannot_map_is_named_with_its_nodes(env_python, tmp_path):
+    """x2paddle prints the op types it lacks to stdout and raises "Model is not supported yet."; the build's error
+    names them and a node of each instead."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Celu", ["r"], ["y"], name="celu_0")],
+        "celu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
+    src = tmp_path / "celu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7), str(src))
+    p = _build(src, "--profile", "host", "-o", tmp_path / "out", check=1)
+    assert "failed (exit 1): x2paddle 1.6.0 has no mapping for the ONNX op(s) Celu (1 node(s), e.g. 'celu_0')" in (
+        p.stderr
+    ), p.stderr
+    assert not (tmp_path / "out").exists()

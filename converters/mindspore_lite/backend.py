@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from edgekit.errors import ConversionError
 from edgekit.toolenvs import ToolEnvSpec
 
 from ..base import BuildContext, BuildResult
@@ -31,6 +32,19 @@ if TYPE_CHECKING:
     from edgekit.profiles import Profile
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def _control_flow(onnx_path: str | Path, said: str) -> ConversionError | None:
+    """The converter's "outside_input_node should has data" is its ONNX parser failing on an If/Loop body that
+    reads a tensor of the outer graph: name the node and what to do."""
+    import onnx
+
+    from ..onnx_specialise import control_flow_advice
+
+    if "outside_input_node" not in said:
+        return None
+    advice = control_flow_advice(onnx.load(str(onnx_path), load_external_data=False), "MindSpore Lite 2.0.0")
+    return ConversionError(f"mindspore-lite: {advice}") if advice else None
 
 
 class MindSporeLiteBackend(ToolEnvBackend):
@@ -89,18 +103,16 @@ class MindSporeLiteBackend(ToolEnvBackend):
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # the converter refuses dilations=[1, 1] on pooling
         onnx_path, _ = clip_bounds_as_max_min(onnx_path, work)  # it computes a Clip on a graph-computed bound wrong
         tag = "fp16" if fp16 else "fp32"
-        res = toolenvs.run_tool(
-            self.toolenv,
-            TOOLS / "mindspore_convert.py",
-            {
-                "step": f"ONNX -> .ms ({tag})",
-                "onnx": str(onnx_path),
-                "output": str(work / f"model.{tag}"),
-                "fp16": fp16,
-            },
-            work,
-            log=log,
-        )
+        request = {"step": f"ONNX -> .ms ({tag})", "onnx": str(onnx_path), "output": str(work / f"model.{tag}")}
+        try:
+            res = toolenvs.run_tool(
+                self.toolenv, TOOLS / "mindspore_convert.py", dict(request, fp16=fp16), work, log=log
+            )
+        except ConversionError as e:
+            known = _control_flow(onnx_path, str(e))
+            if known is None:
+                raise
+            raise known from None
         layout = {}
         converted = {i["name"]: i for i in res["inputs"]}
         for k, spec in enumerate(inputs):  # by name; by position only where the converter renamed the input
@@ -172,6 +184,7 @@ class MindSporeLiteBackend(ToolEnvBackend):
                 },
                 "converted_input_shapes": {i["name"]: i["shape"] for i in res["inputs"]},
                 "hardsigmoid_rewritten": res["hardsigmoid_rewritten"],
+                "rewritten": res.get("rewritten", {}),
                 "host_checks": "MindSpore Lite CPU on this machine, through the agent's runner in the tool environment",
                 "target": {"profile": ctx.profile.name, **options},
             }

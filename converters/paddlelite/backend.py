@@ -55,11 +55,10 @@ def x2paddle_limitation(onnx_path: str | Path, said: str) -> ConversionError | N
             f"one step with fixed shapes as its cell, not this one): {OTHERS}"
         )
     if named["If"] and ("If" in said or "Traceback" in said):
-        return ConversionError(
-            f"paddlelite: X2Paddle 1.6.0 cannot convert the If node {named['If'][0]!r} (control flow); when the "
-            "input it switches on holds one value, give it (--input-value NAME=VALUE, or once in each .npz) and "
-            f"edgekit folds the If away (docs/INPUTS.md), or {OTHERS}"
-        )
+        from ..onnx_specialise import control_flow_advice
+
+        model = onnx.load(str(onnx_path), load_external_data=False)
+        return ConversionError(f"paddlelite: {control_flow_advice(model, 'X2Paddle 1.6.0')}")
     return None
 
 

@@ -77,6 +77,51 @@ def _sanitize(model: Any) -> Dict[str, str]:
     return names
 
 
+class _Tee(object):
+    """A stdout that also keeps its last lines, to find the error a library printed before it exited."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.lines: List[str] = []
+
+    def write(self, text: str) -> int:
+        self.lines = (self.lines + text.splitlines())[-200:]
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def error(self) -> str:
+        pattern = re.compile(r"^\s*[A-Z]\w*(Error|Exception)\b")
+        found = [ln.strip() for ln in self.lines if pattern.match(ln)]
+        return found[-1] if found else "it printed no error (see its output above)"
+
+
+def _check_ops(self: Any, node_names: Dict[str, str]) -> bool:
+    """x2paddle's ``ONNXOpMapper.op_checker``, naming the nodes too (``node_names``: x2paddle's name -> the
+    model's) and stopping with one line that says it (the original prints the op types to stdout and raises
+    "Model is not supported yet.")."""
+    missing: Dict[str, List[str]] = {}
+    for node_name in self.graph.topo_sort:
+        node = self.graph.get_node(node_name)
+        op = node.layer_type
+        if not (hasattr(self.opset, op) or op in self.opset.directly_map_ops or op in self.opset.elementwise_ops):
+            missing.setdefault(op, []).append(node_names.get(node_name, node_name))
+    if missing:
+        import x2paddle
+
+        raise SystemExit(
+            "x2paddle %s has no mapping for the ONNX op(s) %s"
+            % (
+                x2paddle.__version__,
+                "; ".join(
+                    "%s (%d node(s), e.g. %r)" % (op, len(names), names[0]) for op, names in sorted(missing.items())
+                ),
+            )
+        )
+    return True
+
+
 def _lines(path: str) -> List[str]:
     try:
         with open(path) as f:
@@ -104,12 +149,25 @@ def main(req_path: str, res_path: str) -> None:
     inputs = [i.name for i in model.graph.input if i.name not in set(t.name for t in model.graph.initializer)]
     outputs = [o.name for o in model.graph.output]
     names = _sanitize(model)
+    from x2paddle.op_mapper.onnx2paddle.onnx_op_mapper import ONNXOpMapper
+
+    node_names = dict(("x2paddle_" + n.output[0], n.name) for n in model.graph.node if n.name and n.output)
+    ONNXOpMapper.op_checker = lambda self: _check_ops(self, node_names)
     renamed = sum(1 for k, v in names.items() if k != v)
     src = os.path.join(out, "renamed.onnx")
     onnx.save(model, src)
     t0 = time.time()
     sys.stderr.write("x2paddle: ONNX -> Paddle inference model\n")
-    x2paddle.convert.onnx2paddle(src, os.path.join(out, "paddle"), disable_feedback=True)
+    said = _Tee(sys.stdout)
+    sys.stdout = said  # x2paddle prints its errors and may then call exit(0): keep what it printed
+    try:
+        x2paddle.convert.onnx2paddle(src, os.path.join(out, "paddle"), disable_feedback=True)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise
+        raise SystemExit("x2paddle stopped without a Paddle model: %s" % said.error()) from None
+    finally:
+        sys.stdout = said.stream
     x2paddle_s = time.time() - t0
     inf = os.path.join(out, "paddle", "inference_model")
     if not os.path.isfile(os.path.join(inf, "model.pdmodel")):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -80,25 +81,36 @@ def run_tool(
         t.join(30)
         proc.stderr.close()
 
-    def _last() -> str:
+    def _said() -> str:
         lines = list(tail)
         if not lines:
             try:
                 lines = out_path.read_text(errors="replace").splitlines()[-20:]
             except OSError:
                 pass
-        return "\n  ".join(lines[-20:])
+        return f"{key_line(lines)}\n  last output:\n  " + "\n  ".join(lines[-20:])
 
+    more = "\n(edgekit build --verbose shows all of it)"
     if rc != 0:
-        raise ConversionError(
-            f"{spec.name}: step {step!r} failed (exit {rc}); the tool said:\n  {_last()}\n(full output in {workdir})"
-        )
+        raise ConversionError(f"{spec.name}: step {step!r} failed (exit {rc}): {_said()}{more}")
     try:
         return json.loads(res.read_text())
     except (OSError, ValueError) as e:
-        raise ConversionError(
-            f"{spec.name}: step {step!r} wrote no readable result ({e}); the tool said:\n  {_last()}"
-        ) from None
+        raise ConversionError(f"{spec.name}: step {step!r} wrote no readable result ({e}): {_said()}{more}") from None
+
+
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:?")
+_NOISE = re.compile(r"^[\s^~]*$")
+
+
+def key_line(lines: list[str]) -> str:
+    """The line of a tool's output that says why it failed: the last exception line of a Python traceback (a
+    tool script's own ``SystemExit`` message included), else the last line that is not a caret/tilde marker."""
+    text = [ln.strip() for ln in lines if not _NOISE.match(ln)]
+    for line in reversed(text):
+        if _EXCEPTION.match(line):
+            return line
+    return text[-1] if text else "no output"
 
 
 def _killpg(proc: subprocess.Popen, reader: threading.Thread) -> None:
