@@ -246,6 +246,8 @@ def test_mnn_that_cannot_run_the_encoder_says_so(zoo, romanizer_jsonl, tmp_path)
             val=romanizer_jsonl, input_shapes=ROMANIZER_SHAPES,
         )  # fmt: skip
     assert "mnn built 'fp32" in str(e.value) and "src int64 [1, 16]" in str(e.value)
+    # MNN's error code is named, and the op it printed as failing is traced to the model's node
+    assert "error code 3 (COMPUTE_SIZE_ERROR: MNN could not compute the output shape of its op" in str(e.value)
     assert not (tmp_path / "mnn").exists()
 
 

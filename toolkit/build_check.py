@@ -51,7 +51,9 @@ class StepChecker:
             except EdgekitError:
                 raise
             except Exception as e:  # RunnerError, or the runtime's own (onnxruntime's Fail when a model won't load)
-                raise ConversionError(cannot_run(p.opts.backend, step, p.src.inputs, e, p.precision)) from None
+                raise ConversionError(
+                    cannot_run(p.opts.backend, step, p.src.inputs, e, p.precision, p.src.path)
+                ) from None
 
     def judge(self, step: str, outputs: List[dict], degraded_ok: bool) -> Dict[str, Any]:
         p = self.p

@@ -7,6 +7,7 @@ the step, the model's non-float and 0-d inputs, and what to do; never as the run
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # measured at FP32 with int64 ids, a bool mask and a 0-d int64 input (tests/test_inputs_backends.py)
@@ -22,9 +23,35 @@ def describe_inputs(specs: list[Any]) -> list[str]:
     return out
 
 
-def cannot_run(backend: str, step: str, specs: list[Any], error: BaseException, precision: str = "") -> str:
-    """The message for a built model its runtime fails to run on the fidelity samples."""
+def _onnx_node(onnx_path: Any, name: str) -> str:
+    """``" (the ONNX node 'Loop_12', Loop)"``: the source node a runtime's op name comes from (runtimes name an op
+    after the node or after its first output); "" when none matches."""
+    import onnx
+
+    try:
+        nodes = onnx.load(str(onnx_path), load_external_data=False).graph.node
+    except Exception:
+        return ""
+    for n in nodes:
+        if name == n.name or name in n.output:
+            return f" (the ONNX node {n.name or n.output[0]!r}, {n.op_type})"
+    return ""
+
+
+def cannot_run(
+    backend: str,
+    step: str,
+    specs: list[Any],
+    error: BaseException,
+    precision: str = "",
+    onnx_path: Any = None,
+) -> str:
+    """The message for a built model its runtime fails to run on the fidelity samples; an op the runtime names is
+    traced to the node of ``onnx_path`` (the source model) where one matches."""
     first = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+    op = re.search(r"its op '([^']+)'", first)
+    if op and onnx_path is not None:
+        first = first.replace(op.group(0), op.group(0) + _onnx_node(onnx_path, op.group(1)), 1)
     special = describe_inputs(specs)
     if special and backend in RUNS_NON_FLOAT:
         kinds = (

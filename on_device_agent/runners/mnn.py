@@ -186,8 +186,20 @@ class MNNModel(object):
         self._feed(feeds)
         code = self.interpreter.runSession(self.session)
         if code not in (0, None):
-            raise RunnerFault("MNN runSession failed with error code %s" % code)
+            raise RunnerFault("MNN runSession failed with error code %s%s" % (code, self._why(code)))
         return self._outputs()
+
+    def _why(self, code: int) -> str:
+        """What MNN's code means and, for a shape error, the op it names: MNN prints "Compute Shape Error for
+        OP" on stdout when the session is resized, so the resize is repeated with fds 1 and 2 captured."""
+        meaning = ERROR_CODES.get(code, "")
+        if code != 3:
+            return " (%s)" % meaning if meaning else ""
+        with CaptureStdout(echo=False) as cap:
+            self.interpreter.resizeSession(self.session)
+        op = re.search(r"Compute Shape Error for (\S+)", cap.text)
+        where = " of its op %r" % op.group(1) if op else ""
+        return " (%s: MNN could not compute the output shape%s for these input shapes)" % (meaning, where)
 
     def count_ops(self, feeds: Dict[str, Any]) -> int:
         """Run once with MNN's per-operator callbacks; how many operators executed."""
@@ -207,6 +219,20 @@ class MNNModel(object):
     def close(self) -> None:
         self.session = None
         self.interpreter = None
+
+
+# MNN's ErrorCode (include/MNN/ErrorCode.hpp)
+ERROR_CODES = {
+    1: "OUT_OF_MEMORY",
+    2: "NOT_SUPPORT",
+    3: "COMPUTE_SIZE_ERROR",
+    4: "NO_EXECUTION",
+    5: "INVALID_VALUE",
+    10: "INPUT_DATA_ERROR",
+    11: "CALL_BACK_STOP",
+    20: "TENSOR_NOT_SUPPORT",
+    21: "TENSOR_NEED_DIVIDE",
+}
 
 
 class MNNRunner(Runner):
