@@ -111,12 +111,6 @@ def command(build_dir: Path) -> List[str]:
     return [tool("node"), str(out / "dist" / "runner" / "runner.js")]
 
 
-def unit_test_command(build_dir: Path) -> List[str]:
-    """The SDK's own tests: ``node --test`` on the compiled tests (run with ``EDGEKIT_OPENAPI`` set, see env)."""
-    out = build(build_dir)
-    return [tool("node"), "--test", str(out / "dist" / "test")]
-
-
 def unit_test_env() -> Dict[str, str]:
     """The environment of the unit tests: the agent's openapi.json, which the generated types are checked against."""
     return dict(os.environ, EDGEKIT_OPENAPI=str(OPENAPI))
