@@ -6,15 +6,7 @@
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
-import {
-  AgentClient,
-  AgentError,
-  AnyTensor,
-  isDType,
-  Tensor,
-  tensorBytes,
-  tensorFromBytes,
-} from "../src/index.js";
+import { AgentClient, AgentError, AnyTensor, isDType, Tensor, tensorBytes, tensorFromBytes } from "../src/index.js";
 
 interface JsonTensor {
   dtype: string;
@@ -47,7 +39,11 @@ function toJson(tensors: Record<string, AnyTensor>): Record<string, JsonTensor> 
   const out: Record<string, JsonTensor> = {};
   for (const [name, t] of Object.entries(tensors)) {
     const bytes = tensorBytes(t);
-    out[name] = { dtype: t.dtype, shape: t.shape, b64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64") };
+    out[name] = {
+      dtype: t.dtype,
+      shape: t.shape,
+      b64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64"),
+    };
   }
   return out;
 }

@@ -136,7 +136,9 @@ export function generate(api: Obj): string {
       const okJson = content(ok, "application/json");
       const okText = content(ok, "text/plain");
       const reqJson = content(op.requestBody, "application/json");
-      const codes = Object.keys(responses).filter((c) => c !== "200").sort();
+      const codes = Object.keys(responses)
+        .filter((c) => c !== "200")
+        .sort();
       const binary = content(op.requestBody, "application/x-edgekit-tensors") !== undefined;
       out.push(doc(`${op.summary ?? ""} (${method.toUpperCase()} ${path})`, "  "));
       out.push(`  ${key(id)}: {\n`);

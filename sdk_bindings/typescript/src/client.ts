@@ -75,7 +75,12 @@ export class AgentClient {
 
   /** The installed models, each with name, version, versions, backend, inputs, outputs, loaded... */
   async models(options?: CallOptions): Promise<ModelInfo[]> {
-    const answer: Operations["listModels"]["response"] = await this.requestJson("GET", "/v1/models", undefined, options);
+    const answer: Operations["listModels"]["response"] = await this.requestJson(
+      "GET",
+      "/v1/models",
+      undefined,
+      options,
+    );
     return answer.models ?? [];
   }
 
@@ -113,7 +118,12 @@ export class AgentClient {
     times: { preMs?: number | null; postMs?: number | null } & CallOptions = {},
   ): Promise<Operations["annotate"]["response"]> {
     const { preMs = null, postMs = null, ...call } = times;
-    return this.requestJson("POST", "/v1/telemetry/annotate", { request_id: requestId, pre_ms: preMs, post_ms: postMs }, call);
+    return this.requestJson(
+      "POST",
+      "/v1/telemetry/annotate",
+      { request_id: requestId, pre_ms: preMs, post_ms: postMs },
+      call,
+    );
   }
 
   /** Any other JSON route of the agent (see its /openapi.json): `body` is sent as JSON, the answer parsed. */

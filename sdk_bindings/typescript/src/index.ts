@@ -6,7 +6,16 @@
  *     const { outputs, meta } = await agent.infer("digits", { x: tensor("float32", pixels, [1, 64]) });
  */
 export { AgentClient } from "./client.js";
-export type { AgentClientOptions, CallOptions, Health, InferMeta, InferOptions, InferResult, LoadOptions, ModelInfo } from "./client.js";
+export type {
+  AgentClientOptions,
+  CallOptions,
+  Health,
+  InferMeta,
+  InferOptions,
+  InferResult,
+  LoadOptions,
+  ModelInfo,
+} from "./client.js";
 export { AgentConnectionError, AgentError, AgentTimeoutError } from "./errors.js";
 export {
   checkTensor,

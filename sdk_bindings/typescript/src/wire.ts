@@ -81,7 +81,8 @@ export function itemSize(dtype: DType): number {
 function elementCount(shape: readonly number[], what: string): number {
   let count = 1;
   for (const d of shape) {
-    if (!Number.isSafeInteger(d) || d < 0) throw new WireError(`${what}: shape ${JSON.stringify(shape)} is not a list of non-negative integers`);
+    if (!Number.isSafeInteger(d) || d < 0)
+      throw new WireError(`${what}: shape ${JSON.stringify(shape)} is not a list of non-negative integers`);
     count *= d;
   }
   return count;
@@ -103,7 +104,9 @@ export function tensorFromBytes<D extends DType>(dtype: D, shape: readonly numbe
   const size = Array_.BYTES_PER_ELEMENT;
   const count = elementCount(shape, "tensor");
   if (count * size !== bytes.byteLength) {
-    throw new WireError(`shape ${JSON.stringify(shape)} of ${dtype} needs ${count * size} bytes, got ${bytes.byteLength}`);
+    throw new WireError(
+      `shape ${JSON.stringify(shape)} of ${dtype} needs ${count * size} bytes, got ${bytes.byteLength}`,
+    );
   }
   let src = bytes;
   if (!LITTLE_ENDIAN && size > 1) src = swapped(bytes, size);
@@ -128,7 +131,8 @@ export function tensor<D extends DType>(
   if (!isDType(dtype)) throw new WireError(`unsupported dtype ${JSON.stringify(dtype)}; one of ${DTYPES.join(", ")}`);
   const s = shape ? [...shape] : [values.length];
   const count = elementCount(s, "tensor");
-  if (count !== values.length) throw new WireError(`shape ${JSON.stringify(s)} holds ${count} values, got ${values.length}`);
+  if (count !== values.length)
+    throw new WireError(`shape ${JSON.stringify(s)} holds ${count} values, got ${values.length}`);
   const data = new ARRAYS[dtype](count);
   for (let i = 0; i < count; i++) {
     const v = values[i];
@@ -140,19 +144,27 @@ export function tensor<D extends DType>(
 
 /** Checks a tensor's data is the dtype's typed array with product(shape) elements; throws WireError if not. */
 export function checkTensor(name: string, t: Tensor): void {
-  if (t === null || typeof t !== "object") throw new WireError(`tensor ${JSON.stringify(name)} is not a {dtype, shape, data} object`);
+  if (t === null || typeof t !== "object")
+    throw new WireError(`tensor ${JSON.stringify(name)} is not a {dtype, shape, data} object`);
   if (!isDType(t.dtype)) {
-    throw new WireError(`tensor ${JSON.stringify(name)}: unsupported dtype ${JSON.stringify(t.dtype)}; one of ${DTYPES.join(", ")}`);
+    throw new WireError(
+      `tensor ${JSON.stringify(name)}: unsupported dtype ${JSON.stringify(t.dtype)}; one of ${DTYPES.join(", ")}`,
+    );
   }
-  if (!Array.isArray(t.shape)) throw new WireError(`tensor ${JSON.stringify(name)}: shape must be an array of integers`);
+  if (!Array.isArray(t.shape))
+    throw new WireError(`tensor ${JSON.stringify(name)}: shape must be an array of integers`);
   const count = elementCount(t.shape, `tensor ${JSON.stringify(name)}`);
   const Array_ = ARRAYS[t.dtype];
   if (!(t.data instanceof Array_)) {
     const got = t.data === null || t.data === undefined ? String(t.data) : (t.data as object).constructor.name;
-    throw new WireError(`tensor ${JSON.stringify(name)}: ${t.dtype} data must be a ${Array_.name}, got ${got} (see tensor())`);
+    throw new WireError(
+      `tensor ${JSON.stringify(name)}: ${t.dtype} data must be a ${Array_.name}, got ${got} (see tensor())`,
+    );
   }
   if (t.data.length !== count) {
-    throw new WireError(`tensor ${JSON.stringify(name)}: shape ${JSON.stringify(t.shape)} holds ${count} values, data has ${t.data.length}`);
+    throw new WireError(
+      `tensor ${JSON.stringify(name)}: shape ${JSON.stringify(t.shape)} holds ${count} values, data has ${t.data.length}`,
+    );
   }
 }
 
@@ -209,7 +221,8 @@ export function decodeTensors(body: ArrayBuffer | Uint8Array): Decoded {
   const isObject = typeof header === "object" && header !== null && !Array.isArray(header);
   const entries = isObject ? (header as Record<string, unknown>).tensors : undefined;
   if (!Array.isArray(entries)) throw new WireError("tensor header is not valid JSON with a 'tensors' list");
-  if (entries.length > MAX_TENSORS) throw new WireError(`${entries.length} tensors in one message; at most ${MAX_TENSORS}`);
+  if (entries.length > MAX_TENSORS)
+    throw new WireError(`${entries.length} tensors in one message; at most ${MAX_TENSORS}`);
   const payload = bytes.subarray(8 + hlen);
   // Every entry is checked before any tensor is made: names unique, sizes consistent, and the tensors together
   // no larger than the payload (entries cannot share bytes to multiply a copy).
@@ -219,7 +232,13 @@ export function decodeTensors(body: ArrayBuffer | Uint8Array): Decoded {
   for (const e of entries as Record<string, unknown>[]) {
     const ok = typeof e === "object" && e !== null && Array.isArray(e.shape);
     const { name, dtype, shape, offset, nbytes } = ok ? e : ({} as Record<string, unknown>);
-    if (!ok || !Number.isSafeInteger(offset) || !Number.isSafeInteger(nbytes) || name === undefined || dtype === undefined) {
+    if (
+      !ok ||
+      !Number.isSafeInteger(offset) ||
+      !Number.isSafeInteger(nbytes) ||
+      name === undefined ||
+      dtype === undefined
+    ) {
       throw new WireError("tensor entry needs name, dtype, shape, offset, nbytes");
     }
     if (typeof name !== "string" || name.length === 0 || name.length > 256) {
@@ -227,7 +246,8 @@ export function decodeTensors(body: ArrayBuffer | Uint8Array): Decoded {
     }
     if (names.has(name)) throw new WireError(`tensor ${JSON.stringify(name)} is listed twice`);
     names.add(name);
-    if (!isDType(dtype)) throw new WireError(`tensor ${JSON.stringify(name)}: unsupported dtype ${JSON.stringify(dtype)}`);
+    if (!isDType(dtype))
+      throw new WireError(`tensor ${JSON.stringify(name)}: unsupported dtype ${JSON.stringify(dtype)}`);
     const dims = shape as unknown[];
     if (dims.length > 32) throw new WireError(`tensor ${JSON.stringify(name)}: more than 32 dimensions`);
     let count = 1;

@@ -22,9 +22,14 @@ test("the client's types come from the schema", () => {
 
 test("the generator refuses a schema it cannot type rather than guess", () => {
   const api = (schema: object): object => ({ components: { schemas: { X: schema } }, paths: {} });
-  assert.throws(() => generate(api({ oneOf: [{ type: "string" }] }) as never), /X: schema keyword oneOf is not supported/);
+  assert.throws(
+    () => generate(api({ oneOf: [{ type: "string" }] }) as never),
+    /X: schema keyword oneOf is not supported/,
+  );
   assert.throws(() => generate(api({ type: "file" }) as never), /X: type "file" is not supported/);
   assert.throws(() => generate(api({ $ref: "#/definitions/Y" }) as never), /not a component schema/);
-  const text = generate(api({ type: "object", required: ["a"], properties: { a: { type: "integer", nullable: true } } }) as never);
+  const text = generate(
+    api({ type: "object", required: ["a"], properties: { a: { type: "integer", nullable: true } } }) as never,
+  );
   assert.match(text, /X: \{\n    a: number \| null;\n  \};/);
 });

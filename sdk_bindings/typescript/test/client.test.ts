@@ -81,11 +81,19 @@ test("infer sends and reads binary tensors; the meta is the header less its tens
   answer = (req, res) => {
     const { tensors } = decodeTensors(new Uint8Array(req.body));
     res.writeHead(200, { "Content-Type": CONTENT_TYPE });
-    const y = tensor("float32", Array.from(tensors.x.data as Float32Array, (v) => v * 2), tensors.x.shape);
+    const y = tensor(
+      "float32",
+      Array.from(tensors.x.data as Float32Array, (v) => v * 2),
+      tensors.x.shape,
+    );
     res.end(encodeTensors({ y }, { model: "m", version: "v1", inference_ms: 0.25, request_id: 9 }));
   };
   const agent = new AgentClient({ baseUrl });
-  const { outputs, meta } = await agent.infer("m", { x: tensor("float32", [1, 2, 3], [1, 3]) }, { session: "s1", preMs: 2 });
+  const { outputs, meta } = await agent.infer(
+    "m",
+    { x: tensor("float32", [1, 2, 3], [1, 3]) },
+    { session: "s1", preMs: 2 },
+  );
   assert.equal(last().headers["content-type"], CONTENT_TYPE);
   assert.equal(last().headers["x-edgekit-session"], "s1");
   assert.equal(last().headers["x-edgekit-pre-ms"], "2");
@@ -105,12 +113,18 @@ test("an error status is an AgentError with the agent's status and message", asy
     return true;
   });
   answer = (_req, res) => json(res, 503, { error: "queue full", status: 503 }, { "Retry-After": "2" });
-  await assert.rejects(agent.health(), (e: unknown) => e instanceof AgentError && e.status === 503 && e.retryAfter === 2);
+  await assert.rejects(
+    agent.health(),
+    (e: unknown) => e instanceof AgentError && e.status === 503 && e.retryAfter === 2,
+  );
   answer = (_req, res) => {
     res.writeHead(502, { "Content-Type": "text/html" });
     res.end("<html>bad gateway</html>");
   };
-  await assert.rejects(agent.health(), (e: unknown) => e instanceof AgentError && e.agentMessage === "<html>bad gateway</html>");
+  await assert.rejects(
+    agent.health(),
+    (e: unknown) => e instanceof AgentError && e.agentMessage === "<html>bad gateway</html>",
+  );
   answer = (_req, res) => {
     res.writeHead(200, { "Content-Type": "application/json" });
     res.end("EKT1 is not JSON");

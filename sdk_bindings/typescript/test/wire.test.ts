@@ -97,9 +97,18 @@ test("tensor() and tensorBytes() take plain values and give the little-endian by
 
 test("encoding refuses data that does not match its dtype or shape", () => {
   const bad = (t: unknown): Uint8Array => encodeTensors({ x: t as Tensor });
-  assert.throws(() => bad({ dtype: "float32", shape: [2], data: new Float64Array(2) }), /float32 data must be a Float32Array, got Float64Array/);
-  assert.throws(() => bad({ dtype: "int64", shape: [2], data: [1, 2] }), /int64 data must be a BigInt64Array, got Array/);
-  assert.throws(() => bad({ dtype: "float32", shape: [3], data: new Float32Array(2) }), /shape \[3\] holds 3 values, data has 2/);
+  assert.throws(
+    () => bad({ dtype: "float32", shape: [2], data: new Float64Array(2) }),
+    /float32 data must be a Float32Array, got Float64Array/,
+  );
+  assert.throws(
+    () => bad({ dtype: "int64", shape: [2], data: [1, 2] }),
+    /int64 data must be a BigInt64Array, got Array/,
+  );
+  assert.throws(
+    () => bad({ dtype: "float32", shape: [3], data: new Float32Array(2) }),
+    /shape \[3\] holds 3 values, data has 2/,
+  );
   assert.throws(() => bad({ dtype: "float32", shape: [-1], data: new Float32Array(0) }), /non-negative integers/);
   assert.throws(() => bad({ dtype: "float32", shape: [1.5], data: new Float32Array(1) }), /non-negative integers/);
   assert.throws(() => bad({ dtype: "str", shape: [1], data: new Uint8Array(1) }), WireError);
@@ -107,11 +116,15 @@ test("encoding refuses data that does not match its dtype or shape", () => {
 });
 
 test("the decoder refuses malformed messages with the agent's bounds", () => {
-  const refuses = (body: Uint8Array, pattern: RegExp): void => assert.throws(() => decodeTensors(body), (e: unknown) => {
-    assert.ok(e instanceof WireError, String(e));
-    assert.match((e as Error).message, pattern);
-    return true;
-  });
+  const refuses = (body: Uint8Array, pattern: RegExp): void =>
+    assert.throws(
+      () => decodeTensors(body),
+      (e: unknown) => {
+        assert.ok(e instanceof WireError, String(e));
+        assert.match((e as Error).message, pattern);
+        return true;
+      },
+    );
   const four = new Uint8Array(4);
   refuses(new TextEncoder().encode("EKT"), /missing EKT1 magic/);
   refuses(new TextEncoder().encode("EKT2\0\0\0\0{}"), /missing EKT1 magic/);
@@ -129,7 +142,10 @@ test("the decoder refuses malformed messages with the agent's bounds", () => {
   refuses(message([1]), /'tensors' list/);
   const many = Array.from({ length: MAX_TENSORS + 1 }, (_, i) => entry(`t${i}`, "uint8", [0], 0, 0));
   refuses(message({ tensors: many }), /1025 tensors in one message; at most 1024/);
-  refuses(message({ tensors: [{ name: "x", dtype: "uint8", shape: [1] }] }, four), /needs name, dtype, shape, offset, nbytes/);
+  refuses(
+    message({ tensors: [{ name: "x", dtype: "uint8", shape: [1] }] }, four),
+    /needs name, dtype, shape, offset, nbytes/,
+  );
   refuses(message({ tensors: [entry("x", "uint8", ["1"] as never, 0, 1)] }, four), /needs name, dtype/);
   refuses(message({ tensors: [entry("", "uint8", [1], 0, 1)] }, four), /1 to 256 characters/);
   refuses(message({ tensors: [entry("x".repeat(257), "uint8", [1], 0, 1)] }, four), /1 to 256 characters/);
@@ -142,7 +158,10 @@ test("the decoder refuses malformed messages with the agent's bounds", () => {
   refuses(message({ tensors: [entry("x", "uint8", [1], -1, 1)] }, four), /do not match/);
   refuses(message({ tensors: [entry("x", "uint8", [2 ** 40, 2 ** 40], 0, 4)] }, four), /do not match/);
   // Entries sharing bytes cannot make the decoder copy more than the payload.
-  refuses(message({ tensors: [entry("a", "uint8", [4], 0, 4), entry("b", "uint8", [4], 0, 4)] }, four), /add up to more than the 4 bytes/);
+  refuses(
+    message({ tensors: [entry("a", "uint8", [4], 0, 4), entry("b", "uint8", [4], 0, 4)] }, four),
+    /add up to more than the 4 bytes/,
+  );
 });
 
 test("a zero dimension makes an empty tensor whatever the others say", () => {
