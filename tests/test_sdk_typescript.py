@@ -21,7 +21,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.e2e
 def test_node_unit_tests_pass(built: Path) -> None:
-    argv = [sdk_typescript.tool("node"), "--test", str(built / "dist" / "test")]
+    tests = sorted(str(p) for p in (built / "dist" / "test").glob("*.test.js"))
+    assert len(tests) >= 3, tests
+    argv = [sdk_typescript.tool("node"), "--test", *tests]
     proc = subprocess.run(argv, env=sdk_typescript.unit_test_env(), capture_output=True, text=True, timeout=600)
     summary = [line for line in proc.stdout.splitlines() if line.startswith(("# pass", "# fail", "not ok"))]
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]

@@ -43,7 +43,8 @@ export interface InferResult {
 export type Health = Operations["health"]["response"];
 export type ModelInfo = NonNullable<Operations["listModels"]["response"]["models"]>[number];
 
-interface Sent extends CallOptions {
+/** One request of `request()`: its body (bytes, or a string such as JSON), their type, more headers. */
+export interface RequestOptions extends CallOptions {
   body?: Uint8Array | string;
   contentType?: string;
   headers?: Record<string, string>;
@@ -139,7 +140,7 @@ export class AgentClient {
   }
 
   /** One exchange: the answer's body, or a rejection with one of the SDK's errors. */
-  async request(method: string, path: string, sent: Sent = {}): Promise<Uint8Array> {
+  async request(method: string, path: string, sent: RequestOptions = {}): Promise<Uint8Array> {
     const headers: Record<string, string> = { Accept: "application/json", ...sent.headers };
     if (sent.body !== undefined) headers["Content-Type"] = sent.contentType ?? "application/octet-stream";
     if (this.token) headers.Authorization = `Bearer ${this.token}`;

@@ -15,6 +15,7 @@ export type {
   InferResult,
   LoadOptions,
   ModelInfo,
+  RequestOptions,
 } from "./client.js";
 export { AgentConnectionError, AgentError, AgentTimeoutError } from "./errors.js";
 export {
