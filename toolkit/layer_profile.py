@@ -133,7 +133,7 @@ def trace_kernels(nodes: list[dict[str, Any]], graph: list[dict[str, Any]]) -> i
     consumers: dict[str, list[dict[str, Any]]] = {}
     for n in graph:
         for i in n.get("inputs") or []:
-            consumers.setdefault(i.get("name") if isinstance(i, dict) else i, []).append(n)
+            consumers.setdefault(str(i.get("name") if isinstance(i, dict) else i), []).append(n)
     traced = 0
     for k in nodes:
         if k["name"] in names or k.get("fused"):
