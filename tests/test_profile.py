@@ -208,6 +208,7 @@ def _check_profile(r, bundle):
     assert nodes[0]["input_shapes"][0] == [1, 3, 48, 192]  # the first layer reads the image
     lo, hi = RATIO_TOLERANCE
     assert lo <= r["node_sum_ratio"] <= hi, (r["node_sum_ms"], r["end_to_end_ms"]["p50"])
+    assert r["profiled_ms"]["p50"] > 0 and r["profiler_overhead"] > 0  # measured, not judged: benchmarks/ does
     mem = r["memory"]
     assert 0 < mem["peak_rss_load_mb"] <= mem["peak_rss_inference_mb"]
     weights = sum(f["size"] for f in manifest["files"] if f["role"] in ("model", "weights"))
@@ -335,10 +336,10 @@ def test_fallbacks_are_one_line_with_their_cost_partitions_and_fix():
         n["op"] = op
     r = join(_report(nodes), {"targets": [nnapi]}, graph={"a", "h1", "b", "h2", "c"})
     (f,) = r["fallbacks"]
-    assert f["nodes"] == 2 and f["ops"] == {"HardSigmoid": 2} and f["partitions"] == 5
+    assert f["nodes"] == 2 and f["ops"] == {"HardSigmoid": 2} and f["partitions"] == 3
     assert f["share"] == pytest.approx(0.2) and f["fixes"] == ["rewrite as Clip"]
     assert f["headline"] == (
-        "2 node(s) (HardSigmoid x2) fall back from NNAPI: they split the graph into 5 partitions and cost 20 % of "
+        "2 node(s) (HardSigmoid x2) fall back from NNAPI: they split the graph into 3 NNAPI partitions and cost 20 % of "
         "the measured time; the fix: rewrite as Clip"
     )
     assert f["headline"] in profile_text(r)

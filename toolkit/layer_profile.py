@@ -103,6 +103,13 @@ def built_graph(bundle_dir: str | Path, manifest: dict[str, Any]) -> list[dict[s
     from .placement import graph_nodes, graph_readers
 
     model = Path(bundle_dir) / manifest["model"]
+    if model.suffix == ".ort":  # what the device loads (the build's placement was read from the ONNX before it)
+        from .converters.ort.placement import ort_format_nodes
+
+        try:
+            return ort_format_nodes(model)
+        except Exception:  # not a readable ORT-format file here: names unknown, not fatal
+            return None
     reader = graph_readers(manifest["backend"]).get(model.suffix)
     if reader is None:
         return None
@@ -162,17 +169,41 @@ def trace_kernels(nodes: list[dict[str, Any]], graph: list[dict[str, Any]]) -> i
         if chain:
             k["fused"] = chain[::-1]
             traced += 1
-    return traced
+    return traced + _absorbed(nodes, by_name, producer)
 
 
-def _verdicts(target: dict[str, Any]) -> tuple[dict[str, tuple[str, str]], bool]:
+def _absorbed(nodes: list[dict[str, Any]], by_name: dict[str, Any], producer: dict[str, Any]) -> int:
+    """Graph nodes no kernel ran by name (an activation a runtime fused into the Conv before it, which keeps the
+    Conv's name): each joins the ``fused`` list of the kernel that ran its producer. Returns how many kernels grew."""
+    kernel_of: dict[str, dict[str, Any]] = {}
+    for k in nodes:
+        for name in [k["name"], *k.get("fused", [])]:
+            kernel_of.setdefault(name, k)
+    grown = set()
+    for name, node in by_name.items():
+        if name in kernel_of or node["op"] not in FUSED_AFTER or not node.get("inputs"):
+            continue
+        first = node["inputs"][0]
+        before = producer.get(str(first.get("name") if isinstance(first, dict) else first))
+        owner = kernel_of.get(before["name"]) if before is not None else None
+        if owner is None:
+            continue
+        owner["fused"] = owner.get("fused") or [owner["name"]]
+        owner["fused"].append(name)
+        kernel_of[name] = owner
+        grown.add(id(owner))
+    return len(grown)
+
+
+def _verdicts(target: dict[str, Any]) -> tuple[dict[str, tuple[str, str, str]], bool]:
     """``{node: (verdict, reason)}`` for the nodes a target lists (no / unknown), and whether the lists are
     complete (every node not listed is yes)."""
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, tuple[str, str, str]] = {}
     for f in target.get("fallback") or []:
-        out[f["node"]] = ("no", f"{f.get('reason', '')}" + (f"; fix: {f['fix']}" if f.get("fix") else ""))
+        reason = f"{f.get('reason', '')}" + (f"; fix: {f['fix']}" if f.get("fix") else "")
+        out[f["node"]] = ("no", reason, f.get("op", ""))
     for u in target.get("unknown") or []:
-        out[u["node"]] = ("unknown", u.get("reason", ""))
+        out[u["node"]] = ("unknown", u.get("reason", ""), u.get("op", ""))
     summary = target.get("summary") or {}
     complete = "*" not in out and len(target.get("fallback") or []) == summary.get("fallback", 0)
     complete = complete and len(target.get("unknown") or []) == summary.get("unknown", 0)
@@ -185,8 +216,14 @@ def node_placement(node: dict[str, Any], target: dict[str, Any], graph: set[str]
     names = [node["name"], *node.get("fused", [])]
     for name in names:
         if name in listed:
-            verdict, reason = listed[name]
-            return {"accelerator": target["accelerator"], "verdict": verdict, "reason": reason, "matched": name}
+            verdict, reason, op = listed[name]
+            return {
+                "accelerator": target["accelerator"],
+                "verdict": verdict,
+                "reason": reason,
+                "matched": name,
+                **({"op": op} if op else {}),
+            }
         if "*" in listed:
             return {"accelerator": target["accelerator"], "verdict": "unknown", "reason": listed["*"][1]}
     known = [n for n in names if graph is None or n in graph]
@@ -289,14 +326,15 @@ def fallback_cost(nodes: list[dict[str, Any]], i: int, accelerator: str) -> dict
     ops: dict[str, int] = {}
     fixes: list[str] = []
     for n in falls:
-        ops[n.get("op") or "?"] = ops.get(n.get("op") or "?", 0) + 1
+        op = n["placement"][i].get("op") or n.get("op") or "?"  # the model's node that falls back, if fused
+        ops[op] = ops.get(op, 0) + 1
         reason = n["placement"][i]["reason"]
         fix = reason.split("; fix: ", 1)[1] if "; fix: " in reason else ""
         if fix and fix not in fixes:
             fixes.append(fix)
-    # partitions if the target ran it: runs of consecutive nodes on / off the target, in execution order
+    # the target's partitions if it ran the model: runs of consecutive nodes on it, in execution order
     sides = [n["placement"][i]["verdict"] == "no" for n in nodes if n["placement"][i]["verdict"] != "unmatched"]
-    parts = sum(1 for k, side in enumerate(sides) if k == 0 or side != sides[k - 1])
+    parts = sum(1 for k, side in enumerate(sides) if not side and (k == 0 or sides[k - 1]))
     ms = sum(n["time_ms"] for n in falls)
     out = {
         "accelerator": accelerator,
@@ -311,7 +349,7 @@ def fallback_cost(nodes: list[dict[str, Any]], i: int, accelerator: str) -> dict
         what = ", ".join(f"{op} x{k}" for op, k in out["ops"].items())
         out["headline"] = (
             f"{len(falls)} node(s) ({what}) fall back from {accelerator}: they split the graph into {parts} "
-            f"partitions and cost {100 * out['share']:.0f} % of the measured time"
+            f"{accelerator} partitions and cost {100 * out['share']:.0f} % of the measured time"
             + (f"; the fix: {fixes[0]}" if fixes else "")
         )
     else:

@@ -44,6 +44,11 @@ def profile_text(r: dict[str, Any], top: int = TOP) -> str:
             + (f" = {ratio:.2f} x end to end" if ratio is not None else "")
             + f"   ({len(r.get('nodes') or [])} nodes; {prof.get('source')})"
         )
+        if r.get("profiler_overhead") is not None:
+            lines.append(
+                f"  profiled     median {r['profiled_ms']['p50']:.3f} ms a run with the profiler on = "
+                f"{r['profiler_overhead']:.2f} x the plain run (its own overhead)"
+            )
     else:
         lines.append(f"  per node     {prof.get('reason', 'not available')}")
 
