@@ -182,3 +182,29 @@ def _host_platform():
 
     c = libc()
     return platform.machine(), c["name"], c["version"]
+
+
+def test_a_cached_wheel_is_used_without_pip(tmp_path, monkeypatch):
+    """A wheel of the cache that satisfies the requirement and runs on the platform is used as it is (a host with no
+    network sets devices up from its cache); the newest such; another platform's or Python's is not."""
+    t = Target(platform_tags("aarch64", "glibc", "2.36"), "3.11")
+    for name in (
+        "onnxruntime-1.16.3-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+        "onnxruntime-1.17.1-cp311-cp311-manylinux_2_27_x86_64.whl",  # another machine
+        "onnxruntime-1.18.0-cp310-cp310-manylinux_2_17_aarch64.whl",  # another Python
+        "numpy-1.26.4-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+        "numpy-1.24.4-cp311-cp311-manylinux_2_17_aarch64.whl",
+        "numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl",
+        "coloredlogs-15.0.1-py2.py3-none-any.whl",
+    ):
+        (tmp_path / name).write_bytes(b"")
+
+    def no_pip(*a, **k):
+        raise AssertionError("pip was run for a cached wheel")
+
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    assert t.download("onnxruntime==1.16.3", tmp_path).name.startswith("onnxruntime-1.16.3-")
+    assert t.download("numpy>=1.21.6,<2", tmp_path).name.startswith("numpy-1.26.4-")
+    assert t.download("numpy>=1.21.6", tmp_path).name.startswith("numpy-2.1.0-")
+    assert t.download("coloredlogs", tmp_path).name.startswith("coloredlogs-")
+    assert t.cached("onnxruntime==1.18.0", tmp_path) is None and t.cached("onnxruntime==1.17.1", tmp_path) is None

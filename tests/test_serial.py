@@ -1,6 +1,7 @@
 """The serial transport over a null-modem cable made of ptys, with a real shell on the device end."""
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -438,3 +439,22 @@ def test_port_vanishing_mid_deploy_keeps_the_previous_version(cable, tiny_bundle
     r = one_json(p.stdout)
     assert r["installed"]["previous"] == v1 and r["bundle_id"] != v1
     assert r["installed"]["transfer"]["resumed_bytes"] > 0  # resumed where the cut upload stopped (--json: no log)
+
+
+@pytest.mark.slow
+def test_an_empty_python_is_set_up_over_serial_then_serves(cable, tiny_bundle, agent_roots, tmp_path):
+    """`deploy --setup` over the serial line: the runtime's wheels pushed through the framed protocol to a device
+    whose Python has nothing, unpacked into ROOT/site, and the agent started there imports them."""
+    base = find_python("3.12")
+    if base is None:
+        pytest.skip(missing("3.12"))
+    subprocess.run([base, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    root = agent_roots("serial-bare", python=str(python))
+    device = ["--serial", cable.port, "--device-python", python, "--device-root", root]
+    p = run_cli("deploy", tiny_bundle, *device, "--setup", "--runs", 5, "--warmup", 1, "--json", check=0)
+    r = one_json(p.stdout)
+    built = json.loads((tiny_bundle / "manifest.json").read_text())["runtime"]["version"]
+    assert r["runtime_version"] == built and r["device_fidelity"]["passed"] is True
+    assert r["transport"].startswith(f"serial {cable.port}")
+    assert json.loads((root / "site" / "edgekit-setup.json").read_text())["runtime"]["version"] == built

@@ -110,8 +110,38 @@ class Target:
             args += ["--platform", tag]
         return args + ["--python-version", self.python, "--implementation", self.implementation, "--abi", self.abi]
 
+    def cached(self, requirement: str, dest: Path) -> Path | None:
+        """The newest wheel in ``dest`` that satisfies ``requirement`` and runs on this platform, or None."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+        try:
+            req = Requirement(requirement)
+        except InvalidRequirement:
+            return None
+        pythons = {self.abi, f"py{self.python.split('.')[0]}", f"py{self.python.replace('.', '')}"}
+        found = []
+        for wheel in dest.glob("*.whl") if dest.is_dir() else []:
+            try:
+                name, version, _, tags = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if normalise(name) != normalise(req.name) or not req.specifier.contains(version, prereleases=True):
+                continue
+            if any(
+                t.platform in self.tags + ["any"] and t.interpreter in pythons and t.abi in (self.abi, "abi3", "none")
+                for t in tags
+            ):
+                found.append((version, wheel))
+        return max(found)[1] if found else None
+
     def download(self, requirement: str, dest: Path, timeout: float = 900) -> Path:
-        """Fetch the wheel of ``requirement`` (``name==version`` or ``name>=...``) into ``dest``; its path."""
+        """Fetch the wheel of ``requirement`` (``name==version`` or ``name>=...``) into ``dest``; its path. A wheel
+        already in ``dest`` that satisfies it is used as it is: a host with no network sets devices up from its
+        cache."""
+        hit = self.cached(requirement, dest)
+        if hit is not None:
+            return hit
         dest.mkdir(parents=True, exist_ok=True)
         before = set(dest.glob("*.whl"))
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", str(dest)]
