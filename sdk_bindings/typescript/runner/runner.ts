@@ -100,15 +100,16 @@ class Runner {
             ok += 1;
             if (!versions.includes(meta.version)) versions.push(meta.version);
           } catch (e) {
-            const f = failure(e);
-            errors.push(f.ok ? "" : f.message);
+            if (!(e instanceof AgentError)) throw e; // as the reference: only the agent's answers are counted
+            errors.push(e.agentMessage);
           }
         }
         return { ok, errors, versions };
       }
       case "overhead": {
         const inputs = fromJson(step.inputs);
-        for (let i = 0; i < (step.warmup as number); i++) await agent.infer(model, inputs);
+        const warmup = (step.warmup as number | undefined) ?? 10;
+        for (let i = 0; i < warmup; i++) await agent.infer(model, inputs);
         const clientMs: number[] = [];
         const inferenceMs: unknown[] = [];
         for (let i = 0; i < (step.runs as number); i++) {
