@@ -26,26 +26,23 @@ interface Scenario {
 type Outcome = { ok: true; result: unknown } | { ok: false; status: number; message: string };
 
 function fromJson(inputs: unknown): Record<string, Tensor> {
-  const out: Record<string, Tensor> = {};
+  const out: [string, Tensor][] = [];
   for (const [name, t] of Object.entries((inputs ?? {}) as Record<string, JsonTensor>)) {
     if (!isDType(t.dtype)) throw new Error(`input ${name}: unsupported dtype ${t.dtype}`);
     const raw = Buffer.from(t.b64, "base64");
-    out[name] = tensorFromBytes(t.dtype, t.shape, new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength));
+    out.push([name, tensorFromBytes(t.dtype, t.shape, new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength))]);
   }
-  return out;
+  return Object.fromEntries(out);
 }
 
 function toJson(tensors: Record<string, AnyTensor>): Record<string, JsonTensor> {
-  const out: Record<string, JsonTensor> = {};
+  const out: [string, JsonTensor][] = [];
   for (const [name, t] of Object.entries(tensors)) {
     const bytes = tensorBytes(t);
-    out[name] = {
-      dtype: t.dtype,
-      shape: t.shape,
-      b64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64"),
-    };
+    const b64 = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+    out.push([name, { dtype: t.dtype, shape: t.shape, b64 }]);
   }
-  return out;
+  return Object.fromEntries(out);
 }
 
 function failure(e: unknown): Outcome {

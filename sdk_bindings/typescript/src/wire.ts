@@ -270,9 +270,12 @@ export function decodeTensors(body: ArrayBuffer | Uint8Array): Decoded {
     }
     checked.push([name, dtype, dims as number[], off, n]);
   }
-  const tensors: Record<string, AnyTensor> = {};
-  for (const [name, dtype, shape, off, n] of checked) {
-    tensors[name] = tensorFromBytes(dtype, shape, payload.subarray(off, off + n)) as AnyTensor;
-  }
+  // fromEntries defines each name as an own key ("__proto__" too, which an assignment would not)
+  const tensors: Record<string, AnyTensor> = Object.fromEntries(
+    checked.map(([name, dtype, shape, off, n]) => [
+      name,
+      tensorFromBytes(dtype, shape, payload.subarray(off, off + n)) as AnyTensor,
+    ]),
+  );
   return { tensors, header: header as Record<string, unknown> };
 }

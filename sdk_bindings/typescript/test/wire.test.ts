@@ -169,3 +169,11 @@ test("a zero dimension makes an empty tensor whatever the others say", () => {
   assert.deepEqual(tensors.x.shape, [0, 2 ** 52, 2 ** 52]);
   assert.equal(tensors.x.data.length, 0);
 });
+
+test("a tensor named __proto__ is a tensor like any other", () => {
+  const inputs = { ["__proto__"]: tensor("uint8", [5]) }; // a computed key: an own property, not the prototype
+  const { tensors } = decodeTensors(encodeTensors(inputs));
+  assert.equal(Object.getPrototypeOf(tensors), Object.prototype);
+  assert.deepEqual(Object.keys(tensors), ["__proto__"]);
+  assert.deepEqual(tensors["__proto__"].data, new Uint8Array([5]));
+});
