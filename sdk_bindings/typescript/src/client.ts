@@ -11,7 +11,7 @@ export interface AgentClientOptions {
   baseUrl: string;
   /** Sent as `Authorization: Bearer TOKEN`: needed for load and unload, on loopback too (`ROOT/agent/token`). */
   token?: string | null;
-  /** A call's limit for the whole exchange, answer included, in milliseconds (default 60000; 0: none). */
+  /** A call's limit for the whole exchange, answer included, in milliseconds (default 60000; 0 or Infinity: none). */
   timeoutMs?: number;
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
@@ -70,7 +70,7 @@ export class AgentClient {
   }
 
   /** Agent version, device, runtimes, installed models. */
-  health(options?: CallOptions): Promise<Health> {
+  async health(options?: CallOptions): Promise<Health> {
     return this.requestJson("GET", "/v1/health", undefined, options);
   }
 
@@ -86,12 +86,12 @@ export class AgentClient {
   }
 
   /** Load (or reload) the current version and run `warmup` inferences (default: the agent's setting). */
-  load(model: string, options: LoadOptions = {}): Promise<Operations["loadModel"]["response"]> {
+  async load(model: string, options: LoadOptions = {}): Promise<Operations["loadModel"]["response"]> {
     const { threads = null, providers = null, warmup = null, ...call } = options;
     return this.requestJson("POST", `/v1/models/${enc(model)}/load`, { threads, providers, warmup }, call);
   }
 
-  unload(model: string, options?: CallOptions): Promise<Operations["unloadModel"]["response"]> {
+  async unload(model: string, options?: CallOptions): Promise<Operations["unloadModel"]["response"]> {
     return this.requestJson("POST", `/v1/models/${enc(model)}/unload`, {}, options);
   }
 
@@ -102,7 +102,8 @@ export class AgentClient {
     if (options.preMs !== undefined) headers["X-Edgekit-Pre-Ms"] = String(options.preMs);
     const body = encodeTensors(inputs);
     const data = await this.request("POST", `/v1/models/${enc(model)}/infer`, {
-      ...options,
+      timeoutMs: options.timeoutMs,
+      signal: options.signal,
       body,
       contentType: CONTENT_TYPE,
       headers,
@@ -114,7 +115,7 @@ export class AgentClient {
   }
 
   /** Record the pre/post-processing time the app spent around a request (`meta.request_id` of its infer). */
-  annotate(
+  async annotate(
     requestId: number,
     times: { preMs?: number | null; postMs?: number | null } & CallOptions = {},
   ): Promise<Operations["annotate"]["response"]> {
@@ -147,7 +148,8 @@ export class AgentClient {
     const ms = sent.timeoutMs ?? this.timeoutMs;
     const controller = new AbortController();
     let timedOut = false;
-    const timer = ms > 0 ? setTimeout(() => ((timedOut = true), controller.abort()), ms) : undefined;
+    // setTimeout takes at most 2^31 - 1 ms (about 24 days); a longer limit is none, as 0 is
+    const timer = ms > 0 && ms < 2 ** 31 ? setTimeout(() => ((timedOut = true), controller.abort()), ms) : undefined;
     const outer = sent.signal;
     const cancel = (): void => controller.abort(outer?.reason);
     if (outer?.aborted) cancel();

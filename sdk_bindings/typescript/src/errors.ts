@@ -27,7 +27,8 @@ export class AgentTimeoutError extends Error {
   }
 }
 
-/** The agent could not be reached (connection refused or reset, DNS failure) or its answer broke off. */
+/** The agent could not be reached (connection refused or reset, DNS failure), its answer broke off, or what
+ * answered is not the agent (a JSON route's answer that is not JSON). */
 export class AgentConnectionError extends Error {
   override name = "AgentConnectionError";
 

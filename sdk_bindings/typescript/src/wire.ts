@@ -162,8 +162,9 @@ export function checkTensor(name: string, t: Tensor): void {
     );
   }
   if (t.data.length !== count) {
+    const shape = JSON.stringify(t.shape);
     throw new WireError(
-      `tensor ${JSON.stringify(name)}: shape ${JSON.stringify(t.shape)} holds ${count} values, data has ${t.data.length}`,
+      `tensor ${JSON.stringify(name)}: shape ${shape} holds ${count} values, data has ${t.data.length}`,
     );
   }
 }

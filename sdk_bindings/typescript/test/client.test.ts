@@ -142,6 +142,8 @@ test("a late answer is an AgentTimeoutError; a cancelled call rejects with the c
     return true;
   });
   assert.deepEqual(await agent.health({ timeoutMs: 5000 }), {});
+  assert.deepEqual(await agent.health({ timeoutMs: Infinity }), {}); // no limit, not setTimeout's overflow to 1 ms
+  await assert.rejects(agent.load(""), /a model name is a non-empty string/); // a rejection, not a throw
   const controller = new AbortController();
   const call = agent.health({ timeoutMs: 5000, signal: controller.signal });
   controller.abort(new Error("app closed"));
