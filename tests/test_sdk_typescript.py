@@ -54,3 +54,37 @@ def test_readme_app_calls_a_locally_deployed_model(built: Path, local_device, ti
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("probs float32 [ 1, 10 ] Float32Array(4)"), proc.stdout
     assert re.fullmatch(r"tiny [0-9a-f]+: \d+\.\d{3} ms", lines[-1]), proc.stdout
+
+
+@pytest.mark.e2e
+def test_float16_rounding_matches_numpy(built: Path) -> None:
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate(
+        [
+            rng.standard_normal(20000) * 10.0 ** rng.integers(-9, 6, 20000),  # every binade, subnormals, overflow
+            np.arange(-2048, 2048) * 2.0**-11 + 1,  # ties around 1
+            np.arange(0, 2048) * 2.0**-25,  # ties among the subnormals
+        ]
+    )
+    script = (
+        f"import {{ toFloat16Bits }} from {json.dumps((built / 'dist/src/index.js').as_uri())};"
+        "let s = ''; process.stdin.on('data', (d) => (s += d)).on('end', () => "
+        "process.stdout.write(JSON.stringify(Array.from(toFloat16Bits(JSON.parse(s))))));"
+    )
+    proc = subprocess.run(
+        [sdk_typescript.tool("node"), "--input-type=module", "-e", script],
+        input=json.dumps(values.tolist()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16).view(np.uint16)
+    got = np.array(json.loads(proc.stdout), np.uint16)
+    bad = np.flatnonzero(got != expected)
+    assert not bad.size, [(values[i], hex(got[i]), hex(expected[i])) for i in bad[:5]]

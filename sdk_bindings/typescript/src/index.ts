@@ -17,6 +17,7 @@ export type {
   ModelInfo,
   RequestOptions,
 } from "./client.js";
+export { fromFloat16Bit, fromFloat16Bits, toFloat16Bit, toFloat16Bits } from "./float16.js";
 export { AgentConnectionError, AgentError, AgentTimeoutError } from "./errors.js";
 export {
   checkTensor,

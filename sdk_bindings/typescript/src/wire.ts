@@ -7,6 +7,8 @@
  * of the payload; data is C-order, little-endian. A 0-d tensor has the shape `[]`.
  */
 
+import { toFloat16Bit } from "./float16.js";
+
 export const CONTENT_TYPE = "application/x-edgekit-tensors";
 export const MAX_HEADER = 1 << 20;
 export const MAX_TENSORS = 1024;
@@ -122,7 +124,8 @@ export function tensorBytes(tensor: Tensor): Uint8Array {
   return LITTLE_ENDIAN || size === 1 ? view : swapped(view, size);
 }
 
-/** A tensor from plain numbers (or bigints for int64; booleans or 0/1 for bool); `shape` defaults to `[n]`. */
+/** A tensor from plain numbers (bigints for int64; booleans or 0/1 for bool; for float16 the numbers, rounded to
+ * half precision); `shape` defaults to `[n]`. */
 export function tensor<D extends DType>(
   dtype: D,
   values: ArrayLike<number | bigint | boolean>,
@@ -137,6 +140,7 @@ export function tensor<D extends DType>(
   for (let i = 0; i < count; i++) {
     const v = values[i];
     if (dtype === "int64") (data as BigInt64Array)[i] = typeof v === "bigint" ? v : BigInt(Number(v));
+    else if (dtype === "float16") (data as Uint16Array)[i] = toFloat16Bit(Number(v));
     else (data as Exclude<TensorData, BigInt64Array>)[i] = typeof v === "bigint" ? Number(v) : Number(v);
   }
   return { dtype, shape: s, data: data as DataOf[D] };
