@@ -148,7 +148,7 @@ static ek_status read_tensors(ek_client *c, size_t length, ek_result **res) {
  * the agent had closed (nothing came back) is retried once on a new one. */
 static ek_status request(ek_client *c, const char *method, const char *path, const char *ctype,
                          const struct iovec *body, int nbody, size_t body_len, char **text, ek_result **res) {
-    char head[2048];
+    char head[4096];
     struct iovec stack_iov[8], *iov = stack_iov;
     ek_response r;
     ek_status st = EK_OK;
@@ -162,7 +162,7 @@ static ek_status request(ek_client *c, const char *method, const char *path, con
                  ctype, (unsigned long)body_len, c->token ? "Authorization: Bearer " : "", c->token ? c->token : "",
                  c->token ? "\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof head) {
-        if (c->token && strlen(c->token) > 1024) snprintf(c->err, sizeof c->err, "the token is too long");
+        if (c->token && strlen(c->token) > 2048) snprintf(c->err, sizeof c->err, "the token is too long");
         return own_error(c, EK_ERR_ARG, 0);
     }
     if (nbody + 1 > 8 && !(iov = (struct iovec *)malloc(sizeof *iov * (size_t)(nbody + 1))))
