@@ -94,7 +94,7 @@ ek_status ek__send(ek_conn *c, struct iovec *iov, int n, char *err, size_t errle
         ssize_t sent;
         memset(&msg, 0, sizeof msg);
         msg.msg_iov = iov;
-        msg.msg_iovlen = n < IOV_CHUNK ? n : IOV_CHUNK;
+        msg.msg_iovlen = (size_t)(n < IOV_CHUNK ? n : IOV_CHUNK);
         sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
         if (sent < 0) {
             if (errno == EINTR) continue;
