@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,27 @@ static void set_timeouts(int fd, int timeout_ms) {
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
+static const char *errtext(int e, char *buf, size_t n) {
+    if (strerror_r(e, buf, n) != 0) snprintf(buf, n, "error %d", e);
+    return buf;
+}
+
+/* A connect() a signal interrupted: wait for it to finish. 0, or -1 with errno. */
+static int finish_connect(int fd, int timeout_ms) {
+    struct pollfd p;
+    int rc, e = 0;
+    socklen_t len = sizeof e;
+    p.fd = fd;
+    p.events = POLLOUT;
+    while ((rc = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1)) < 0 && errno == EINTR) {
+    }
+    if (rc == 0) errno = ETIMEDOUT;
+    if (rc <= 0) return -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) return -1;
+    errno = e;
+    return e ? -1 : 0;
+}
+
 ek_status ek__connect(ek_conn *c, const char *host, int port, int timeout_ms, char *err, size_t errlen) {
     struct addrinfo hints, *res = NULL, *ai;
     char service[16];
@@ -58,8 +80,8 @@ ek_status ek__connect(ek_conn *c, const char *host, int port, int timeout_ms, ch
 #ifdef SO_NOSIGPIPE
         setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
 #endif
-        while ((rc = connect(fd, ai->ai_addr, ai->ai_addrlen)) != 0 && errno == EINTR) {
-        }
+        rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno == EINTR) rc = finish_connect(fd, timeout_ms); /* it goes on in the background */
         if (rc == 0) break;
         saved = errno;
         close(fd);
@@ -68,7 +90,8 @@ ek_status ek__connect(ek_conn *c, const char *host, int port, int timeout_ms, ch
     freeaddrinfo(res);
     if (fd < 0) {
         if (saved == EINPROGRESS || saved == EAGAIN || saved == EWOULDBLOCK || saved == ETIMEDOUT) st = EK_ERR_TIMEOUT;
-        snprintf(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(saved));
+        char text[128];
+        snprintf(err, errlen, "cannot connect to %s:%d: %s", host, port, errtext(saved, text, sizeof text));
         return st;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -79,7 +102,8 @@ ek_status ek__connect(ek_conn *c, const char *host, int port, int timeout_ms, ch
 }
 
 static ek_status io_error(int e, const char *what, char *err, size_t errlen) {
-    snprintf(err, errlen, "%s: %s", what, e ? strerror(e) : "the agent closed the connection");
+    char text[128];
+    snprintf(err, errlen, "%s: %s", what, e ? errtext(e, text, sizeof text) : "the agent closed the connection");
     if (e == EAGAIN || e == EWOULDBLOCK) {
         snprintf(err, errlen, "%s: timed out", what);
         return EK_ERR_TIMEOUT;
