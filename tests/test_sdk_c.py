@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from harness import sdk_c
 
-pytestmark = pytest.mark.e2e  # make, gcc and the tests' stand-in agent are processes
+E2E = pytest.mark.e2e  # make, gcc and the unit tests' stand-in agent are processes
 
 
 def _passes(build: Path, target: str) -> str:
@@ -18,17 +18,20 @@ def _passes(build: Path, target: str) -> str:
     return out
 
 
+@E2E
 def test_unit_tests_pass(tmp_path: Path) -> None:
     out = _passes(tmp_path / "build", "test")
     assert " 0 failed" in out
     assert "-Werror" in out and "-std=c99" in out and "-pedantic" in out
 
 
+@E2E
 def test_unit_tests_pass_under_sanitizers(tmp_path: Path) -> None:
     out = _passes(tmp_path / "build", "sanitize")
     assert "-fsanitize=address,undefined" in out and " 0 failed" in out
 
 
+@E2E
 def test_example_and_runner_build(tmp_path: Path) -> None:
     _passes(tmp_path / "build", "all")
     for name in ("libedgekit.a", "contract_runner", "hello", "test_edgekit"):
@@ -43,6 +46,7 @@ def test_readme_app_is_the_example_and_under_20_lines() -> None:
     assert len(block.strip().splitlines()) < 20
 
 
+@E2E
 def test_readme_app_calls_a_locally_deployed_model(tmp_path: Path, local_device: Any) -> None:
     from harness.models import dynamic_model
 
