@@ -16,5 +16,7 @@ extern int failures, checks;
     } while (0)
 
 void test_client_paths(void);
+/* ek_client_create_local, with a device root made under scratch. */
+void test_client_local(const char *scratch);
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "edgekit.h"
@@ -202,4 +204,36 @@ void test_client_paths(void) {
     ek_free(enc);
     free(good);
     free(bad_offsets);
+}
+
+void test_client_local(const char *scratch) {
+    char root[1024], path[1100], *req = NULL;
+    fake_step ok[1] = {{OK_JSON, 0, 0, 0}};
+    fake_agent f;
+    ek_client *c = NULL;
+    FILE *fp;
+    int conns = 0;
+    snprintf(root, sizeof root, "%s/local-root", scratch);
+    CHECK(ek_client_create_local(root, 1000, &c) == EK_ERR_FILE && c == NULL); /* no state yet */
+    snprintf(path, sizeof path, "%s/agent", root);
+    CHECK(mkdir(root, 0700) == 0 && mkdir(path, 0700) == 0);
+    if (fake_start(&f, ok, 1) != 0) return;
+    snprintf(path, sizeof path, "%s/agent/state.json", root);
+    fp = fopen(path, "w");
+    CHECK(fp != NULL);
+    if (fp) fprintf(fp, "{\"pid\": 1, \"host\": \"127.0.0.1\", \"port\": %d, \"auth\": false}", f.port), fclose(fp);
+    snprintf(path, sizeof path, "%s/agent/token", root);
+    fp = fopen(path, "w");
+    if (fp) fputs("tok-123\n", fp), fclose(fp);
+    CHECK(ek_client_create_local(root, 1000, &c) == EK_OK && c);
+    CHECK(c && ek_health(c, NULL) == EK_OK);
+    ek_client_destroy(c);
+    req_len = fake_stop(&f, &req, &conns);
+    CHECK(contains(req, "Authorization: Bearer tok-123\r\n") && !contains(req, "tok-123\n\r"));
+    free(req);
+    CHECK(unlink(path) == 0); /* the token */
+    snprintf(path, sizeof path, "%s/agent/state.json", root);
+    CHECK(unlink(path) == 0);
+    snprintf(path, sizeof path, "%s/agent", root);
+    CHECK(rmdir(path) == 0 && rmdir(root) == 0);
 }

@@ -252,7 +252,7 @@ static void test_client_args(void) {
     ek_result_free(NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     test_dtypes();
     test_encode();
     test_encode_errors();
@@ -260,6 +260,7 @@ int main(void) {
     test_decode_errors();
     test_client_args();
     test_client_paths();
+    if (argc > 1) test_client_local(argv[1]); /* a folder it may write in (make test: the build folder) */
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
