@@ -20,19 +20,25 @@ for tool in javac jar java; do
 done
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+# -XX:-UsePerfData: the JVM would otherwise leave /tmp/hsperfdata_USER behind.
+javac() { command javac -J-XX:-UsePerfData "$@"; }
+jar() { command jar -J-XX:-UsePerfData "$@"; }
 # --release 8 compiles against the Java 8 API; JDKs older than 9 have no --release and take -source/-target.
 if javac --release 8 -version >/dev/null 2>&1; then level=(--release 8); else level=(-source 8 -target 8); fi
 flags=("${level[@]}" -encoding UTF-8 -Xlint:all -Xlint:-options -Werror)
+sources() { find "$@" -name '*.java' | LC_ALL=C sort; }
+mapfile -t main < <(sources "$here/src/main")
+mapfile -t contract < <(sources "$here/src/contract")
+mapfile -t tests < <(sources "$here/src/test")
 
 rm -rf "$out/classes" "$out/contract-classes" "$out/test-classes"
 mkdir -p "$out/classes" "$out/contract-classes" "$out/test-classes"
-javac "${flags[@]}" -d "$out/classes" $(find "$here/src/main" -name '*.java' | sort)
+javac "${flags[@]}" -d "$out/classes" "${main[@]}"
 jar cf "$out/edgekit-sdk.jar" -C "$out/classes" .
-javac "${flags[@]}" -cp "$out/edgekit-sdk.jar" -d "$out/contract-classes" \
-    $(find "$here/src/contract" -name '*.java' | sort)
+javac "${flags[@]}" -cp "$out/edgekit-sdk.jar" -d "$out/contract-classes" "${contract[@]}"
 jar cfe "$out/edgekit-sdk-contract.jar" dev.edgekit.sdk.contract.ContractRunner -C "$out/contract-classes" .
 if [ "$run_tests" = 1 ]; then
     # The tests are in the SDK's package (they reach its package-private parts): compiled with its sources.
-    javac "${flags[@]}" -d "$out/test-classes" $(find "$here/src/main" "$here/src/test" -name '*.java' | sort)
-    java -ea -cp "$out/test-classes" dev.edgekit.sdk.SdkTest
+    javac "${flags[@]}" -d "$out/test-classes" "${main[@]}" "${tests[@]}"
+    java -XX:-UsePerfData -ea -cp "$out/test-classes" dev.edgekit.sdk.SdkTest
 fi

@@ -216,7 +216,7 @@ public final class AgentClient implements Closeable {
         if (r.status >= 400) {
             throw new AgentException(r.status, errorMessage(r));
         }
-        if (binary && !r.headers.getOrDefault("content-type", "").startsWith(TensorCodec.CONTENT_TYPE)) {
+        if (binary && !String.valueOf(r.headers.get("content-type")).startsWith(TensorCodec.CONTENT_TYPE)) {
             throw new AgentException(0, "the agent answered " + r.headers.get("content-type")
                     + " where " + TensorCodec.CONTENT_TYPE + " was expected");
         }
