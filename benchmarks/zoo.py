@@ -164,7 +164,11 @@ def _child(model: str, profile: str, backend: str, precision: str, work: Path, t
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"status": "timeout", "error": f"no result after {timeout} s", "build_s": timeout}
+        return {
+            "status": "timeout",
+            "error": f"not finished within the cell's {timeout} s limit on this machine",
+            "build_s": timeout,
+        }
     lines = proc.stdout.strip().splitlines()
     if proc.returncode == 0 and lines:
         try:

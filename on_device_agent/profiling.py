@@ -328,13 +328,15 @@ def run_profile(
     for _ in range(warmup):
         if profiled:
             profiled()
-    times = []
+    times, profiled_times = [], []  # type: List[float], List[float]
     for _ in range(runs):  # plain and profiled runs alternate: both see the same load on the device
         t0 = time.perf_counter()
         runner.run(feeds)
-        times.append((time.perf_counter() - t0) * 1000.0)
+        t1 = time.perf_counter()
+        times.append((t1 - t0) * 1000.0)
         if profiled:
             profiled()
+            profiled_times.append((time.perf_counter() - t1) * 1000.0)
     report = OrderedDict(
         [
             ("schema", SCHEMA),
@@ -373,6 +375,9 @@ def run_profile(
         report["node_sum_ms"] = total
         e2e = report["end_to_end_ms"]["p50"]
         report["node_sum_ratio"] = total / e2e if e2e else None
+        if profiled_times:  # what the profiler itself costs: the profiled runs against the plain ones
+            report["profiled_ms"] = stats(profiled_times)
+            report["profiler_overhead"] = report["profiled_ms"]["p50"] / e2e if e2e else None
     report["device"] = device_info()
     report["measured_by"] = "edgekit-agent one-shot profile (fresh process)"
     runner.close()

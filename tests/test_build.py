@@ -236,3 +236,20 @@ def test_an_already_quantized_model_keeps_its_own_int8(tmp_path, tiny_model, tin
     report = edgekit.build(quantized, "host", tmp_path / "kept", precision="auto", calib=tiny_calib, name="q")
     assert report["precision"] == "fp32" and report["fidelity"]["thresholds"]["precision"] == "int8"
     assert any("already quantized" in w for w in report["warnings"])
+
+
+def test_ort_format_for_a_compiling_ep_keeps_onnx_operators(tmp_path):
+    """For NNAPI (pixel-8) the .ort file is converted in ONNX Runtime's "Runtime" style: no contrib kernel such as
+    FusedConv (which NNAPI cannot take) in the file, its optimizations saved and replayed on the CPU's nodes at load
+    (the runner enables it); the nodes explain judged are the nodes shipped."""
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs import InferenceSession
+
+    out = tmp_path / "px8"
+    r = edgekit.build(PPOCR, "pixel-8", out, backend="ort", precision="fp32", input_shapes=["x=1,3,48,192"])
+    assert r["fidelity"]["passed"] and "runtime style" in r["ort_format"]["optimization"]
+    graph = InferenceSession.InferenceSession.GetRootAsInferenceSession((out / "model.ort").read_bytes(), 0)
+    graph = graph.Model().Graph()
+    domains = {(graph.Nodes(i).Domain() or b"").decode() for i in range(graph.NodesLength())}
+    assert domains <= {"", "ai.onnx"}, domains
+    assert graph.NodesLength() == r["placement"]["targets"][0]["summary"]["nodes"]
+    assert json.loads((out / "manifest.json").read_text())["runner"]["saved_runtime_optimizations"] is True

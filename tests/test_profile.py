@@ -208,6 +208,7 @@ def _check_profile(r, bundle):
     assert nodes[0]["input_shapes"][0] == [1, 3, 48, 192]  # the first layer reads the image
     lo, hi = RATIO_TOLERANCE
     assert lo <= r["node_sum_ratio"] <= hi, (r["node_sum_ms"], r["end_to_end_ms"]["p50"])
+    assert r["profiled_ms"]["p50"] > 0 and r["profiler_overhead"] > 0  # measured, not judged: benchmarks/ does
     mem = r["memory"]
     assert 0 < mem["peak_rss_load_mb"] <= mem["peak_rss_inference_mb"]
     weights = sum(f["size"] for f in manifest["files"] if f["role"] in ("model", "weights"))
@@ -229,6 +230,13 @@ def test_profile_on_a_local_agent(ppocr_device, backend):
         assert any(n.get("fused") for n in r["nodes"])  # OpenVINO names what it fused into a kernel
     else:
         assert "names no accelerator" in r["placement_note"]
+    if backend == "ort":  # kernels of ORT's optimized graph traced to the model's nodes, but the ones it inserted
+        from edgekit.layer_profile import HANDOVER_OPS, built_graph
+
+        manifest = json.loads((bundles[backend] / "manifest.json").read_text())
+        graph = {n["name"] for n in built_graph(bundles[backend], manifest)}
+        untraced = [n for n in r["nodes"] if n["name"] not in graph and not n.get("fused")]
+        assert r["traced_kernels"] > 0 and [n for n in untraced if n["op"] not in HANDOVER_OPS] == []
 
 
 def test_the_agent_bounds_a_profile_and_profiles_only_the_deployed_bundle(ppocr_device):
@@ -310,3 +318,74 @@ def test_profile_over_ssh(sshd, agent_roots, tmp_path):
     r = one_json(p.stdout)
     assert r["transport"] == f"ssh {sshd.user}@{sshd.host}:{sshd.port}"
     _check_profile(r, bundle)
+
+
+def test_fallbacks_are_one_line_with_their_cost_partitions_and_fix():
+    """The issue's sentence: which nodes fall back, the partitions they make and what they cost, and the fix."""
+    nnapi = {
+        "accelerator": "NNAPI",
+        "summary": {"fallback": 2, "unknown": 0},
+        "fallback": [
+            {"node": "h1", "op": "HardSigmoid", "reason": "not in NNAPI 1.3", "fix": "rewrite as Clip"},
+            {"node": "h2", "op": "HardSigmoid", "reason": "not in NNAPI 1.3", "fix": "rewrite as Clip"},
+        ],
+        "unknown": [],
+    }
+    nodes = [_node("a", 4.0), _node("h1", 1.0), _node("b", 3.0), _node("h2", 1.0), _node("c", 1.0)]
+    for n, op in zip(nodes, ["Conv", "HardSigmoid", "Conv", "HardSigmoid", "Conv"]):
+        n["op"] = op
+    r = join(_report(nodes), {"targets": [nnapi]}, graph={"a", "h1", "b", "h2", "c"})
+    (f,) = r["fallbacks"]
+    assert f["nodes"] == 2 and f["ops"] == {"HardSigmoid": 2} and f["partitions"] == 3
+    assert f["share"] == pytest.approx(0.2) and f["fixes"] == ["rewrite as Clip"]
+    assert f["headline"] == (
+        "2 node(s) (HardSigmoid x2) fall back from NNAPI: they split the graph into 3 NNAPI partitions and cost 20 % of "
+        "the measured time; the fix: rewrite as Clip"
+    )
+    assert f["headline"] in profile_text(r)
+
+
+def test_handover_kernels_the_runtime_inserted_are_the_boundary_cost():
+    nodes = [_node("a", 4.0, "CUDA"), _node("Memcpy_token_1", 1.0), _node("b", 5.0)]
+    nodes[1]["op"] = "MemcpyToHost"
+    r = join(_report(nodes), None, graph={"a", "b"})
+    h = r["handovers"]
+    assert h["nodes"] == 1 and h["time_ms"] == 1.0 and h["share"] == pytest.approx(0.1)
+    assert h["boundaries"] == [
+        {"from": "CUDA", "to": "CPU", "after": "a", "copies": ["Memcpy_token_1"], "time_ms": 1.0}
+    ]
+    assert "hand-overs   1 copy/re-layout kernel(s)" in profile_text(r)
+
+
+def test_ort_kernels_named_after_their_tensor_are_traced_to_the_graph_nodes_they_fuse():
+    """ONNX Runtime's NCHWc kernel ``relu_0.tmp_0_nchwc`` runs Conv+BatchNormalization+Relu of the model (named after
+    the Relu's output); an inserted ``ReorderOutput_token_3`` runs no node of the model and stays unmatched."""
+    from edgekit.layer_profile import trace_kernels
+
+    def n(name, op, src, out):
+        return {"name": name, "op": op, "inputs": [{"name": src}], "outputs": [out]}
+
+    graph = [
+        n("Conv@0", "Conv", "x", "conv_0.tmp_0"),
+        n("BN@0", "BatchNormalization", "conv_0.tmp_0", "batch_norm_0.tmp_2"),
+        n("Relu@0", "Relu", "batch_norm_0.tmp_2", "relu_0.tmp_0"),
+        n("Pool@0", "MaxPool", "relu_0.tmp_0", "pool_0.tmp_0"),
+        n("HS@0", "HardSigmoid", "pool_0.tmp_0", "hardsigmoid_0.tmp_0"),
+    ]
+    kernels = [
+        _node("relu_0.tmp_0_nchwc", 1.0),
+        _node("ReorderOutput_token_3", 0.1),
+        _node("hardsigmoid_0.tmp_0_nchwc", 0.2),
+        _node("Pool@0", 0.3),
+    ]
+    assert trace_kernels(kernels, graph) == 2
+    assert kernels[0]["fused"] == ["Conv@0", "BN@0", "Relu@0"]
+    assert kernels[2]["fused"] == ["HS@0"]  # its input comes from a pool: nothing fused before it
+    assert "fused" not in kernels[1] and "fused" not in kernels[3]
+    gemm = [n("MatMul@0", "MatMul", "h", "mm"), n("Add@0", "Add", "mm", "y")]
+    fused = [_node("MatMul@0/MatMulAddFusion", 0.1)]
+    assert trace_kernels(fused, gemm) == 1 and fused[0]["fused"] == ["MatMul@0", "Add@0"]
+    hs = {"accelerator": "NNAPI", "summary": {"fallback": 1, "unknown": 0}, "unknown": [],
+          "fallback": [{"node": "HS@0", "op": "HardSigmoid", "reason": "no", "fix": "Clip"}]}  # fmt: skip
+    r = join(_report(kernels), {"targets": [hs]}, graph={g["name"] for g in graph})
+    assert [k["placement"][0]["verdict"] for k in r["nodes"]] == ["yes", "unmatched", "no", "yes"]

@@ -63,7 +63,10 @@ def profile_deployed(
     report = dev.profile(manifest["name"], runs=runs, warmup=warmup, threads=threads, providers=providers)
     report["transport"] = dev.transport.description
     report["profile"] = manifest["profile"]
-    return join(report, placement_of(bundle_dir), graph_names(bundle_dir, manifest))
+    graph = built_graph(bundle_dir, manifest)
+    if graph is not None:
+        report["traced_kernels"] = trace_kernels(report.get("nodes") or [], graph)
+    return join(report, placement_of(bundle_dir), {n["name"] for n in graph} if graph is not None else None)
 
 
 def summary(report: dict[str, Any], top: int = 5) -> dict[str, Any]:
@@ -94,11 +97,19 @@ def placement_of(bundle_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def graph_names(bundle_dir: str | Path, manifest: dict[str, Any]) -> set[str] | None:
-    """Names of the built graph's nodes, where edgekit reads the model file as a graph; else None."""
+def built_graph(bundle_dir: str | Path, manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The built graph's nodes (``name``, ``op``, ``inputs``, ``outputs``), where edgekit reads the model file as
+    a graph; else None."""
     from .placement import graph_nodes, graph_readers
 
     model = Path(bundle_dir) / manifest["model"]
+    if model.suffix == ".ort":  # what the device loads (the build's placement was read from the ONNX before it)
+        from .converters.ort.placement import ort_format_nodes
+
+        try:
+            return ort_format_nodes(model)
+        except Exception:  # not a readable ORT-format file here: names unknown, not fatal
+            return None
     reader = graph_readers(manifest["backend"]).get(model.suffix)
     if reader is None:
         return None
@@ -107,17 +118,92 @@ def graph_names(bundle_dir: str | Path, manifest: dict[str, Any]) -> set[str] | 
             kind, graph = reader(model, Path(tmp))
         except Exception:  # the reader's runtime is missing or refuses the file here: names unknown, not fatal
             return None
-        return {n["name"] for n in graph_nodes(kind, graph, manifest["backend"])}
+        return list(graph_nodes(kind, graph, manifest["backend"]))
 
 
-def _verdicts(target: dict[str, Any]) -> tuple[dict[str, tuple[str, str]], bool]:
+# ops ONNX Runtime fuses into the Conv/Gemm/MatMul before them (Conv+BatchNormalization folded, Conv+activation)
+FUSED_AFTER = ("BatchNormalization", "Relu", "Clip", "LeakyRelu", "HardSigmoid", "Sigmoid", "HardSwish", "Add")
+FUSED_INTO = ("Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv")
+LAYOUT_SUFFIXES = ("_nchwc",)
+
+
+def trace_kernels(nodes: list[dict[str, Any]], graph: list[dict[str, Any]]) -> int:
+    """Give each profiled kernel that is not a node of the built graph the graph nodes it runs (``fused``), where
+    its name says which: ONNX Runtime names a kernel of its optimized graph after the tensor it writes (NCHWc
+    kernels: that name + ``_nchwc``), and a kernel that fused a Conv with its BatchNormalization and activation
+    writes the last one's output. The nodes are the tensor's producer and the chain of fusable nodes before it,
+    back to the Conv/Gemm/MatMul. A kernel named ``NODE/<Op...>Fusion`` (``MatMul@0/MatMulAddFusion``) is that
+    node and the consumer the fusion names. Returns how many kernels were traced; the others stay unmatched."""
+    by_name = {n["name"]: n for n in graph}
+    names = set(by_name)
+    producer = {o: n for n in graph for o in n.get("outputs") or []}
+    consumers: dict[str, list[dict[str, Any]]] = {}
+    for n in graph:
+        for i in n.get("inputs") or []:
+            consumers.setdefault(str(i.get("name") if isinstance(i, dict) else i), []).append(n)
+    traced = 0
+    for k in nodes:
+        if k["name"] in names or k.get("fused"):
+            continue
+        base, _, fusion = k["name"].rpartition("/")
+        if base in by_name:  # "MatMul@0/MatMulAddFusion": a node fused with the consumer(s) the fusion names
+            first = by_name[base]
+            after = [c for o in first.get("outputs") or [] for c in consumers.get(o, []) if c["op"] in fusion]
+            k["fused"] = [base] + [c["name"] for c in after[:1]]
+            traced += 1
+            continue
+        tensor = k["name"]
+        for suffix in LAYOUT_SUFFIXES:
+            tensor = tensor[: -len(suffix)] if tensor.endswith(suffix) else tensor
+        node = producer.get(tensor)
+        chain: list[str] = []
+        while node is not None:
+            chain.append(node["name"])
+            if node["op"] not in FUSED_AFTER or not node.get("inputs"):
+                break
+            first = node["inputs"][0]
+            before = producer.get(first.get("name") if isinstance(first, dict) else first)
+            if before is None or before["op"] not in FUSED_AFTER + FUSED_INTO:
+                break
+            node = before
+        if chain:
+            k["fused"] = chain[::-1]
+            traced += 1
+    return traced + _absorbed(nodes, by_name, producer)
+
+
+def _absorbed(nodes: list[dict[str, Any]], by_name: dict[str, Any], producer: dict[str, Any]) -> int:
+    """Graph nodes no kernel ran by name (an activation a runtime fused into the Conv before it, which keeps the
+    Conv's name): each joins the ``fused`` list of the kernel that ran its producer. Returns how many kernels grew."""
+    kernel_of: dict[str, dict[str, Any]] = {}
+    for k in nodes:
+        for name in [k["name"], *k.get("fused", [])]:
+            kernel_of.setdefault(name, k)
+    grown = set()
+    for name, node in by_name.items():
+        if name in kernel_of or node["op"] not in FUSED_AFTER or not node.get("inputs"):
+            continue
+        first = node["inputs"][0]
+        before = producer.get(str(first.get("name") if isinstance(first, dict) else first))
+        owner = kernel_of.get(before["name"]) if before is not None else None
+        if owner is None:
+            continue
+        owner["fused"] = owner.get("fused") or [owner["name"]]
+        owner["fused"].append(name)
+        kernel_of[name] = owner
+        grown.add(id(owner))
+    return len(grown)
+
+
+def _verdicts(target: dict[str, Any]) -> tuple[dict[str, tuple[str, str, str]], bool]:
     """``{node: (verdict, reason)}`` for the nodes a target lists (no / unknown), and whether the lists are
     complete (every node not listed is yes)."""
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, tuple[str, str, str]] = {}
     for f in target.get("fallback") or []:
-        out[f["node"]] = ("no", f"{f.get('reason', '')}" + (f"; fix: {f['fix']}" if f.get("fix") else ""))
+        reason = f"{f.get('reason', '')}" + (f"; fix: {f['fix']}" if f.get("fix") else "")
+        out[f["node"]] = ("no", reason, f.get("op", ""))
     for u in target.get("unknown") or []:
-        out[u["node"]] = ("unknown", u.get("reason", ""))
+        out[u["node"]] = ("unknown", u.get("reason", ""), u.get("op", ""))
     summary = target.get("summary") or {}
     complete = "*" not in out and len(target.get("fallback") or []) == summary.get("fallback", 0)
     complete = complete and len(target.get("unknown") or []) == summary.get("unknown", 0)
@@ -130,8 +216,14 @@ def node_placement(node: dict[str, Any], target: dict[str, Any], graph: set[str]
     names = [node["name"], *node.get("fused", [])]
     for name in names:
         if name in listed:
-            verdict, reason = listed[name]
-            return {"accelerator": target["accelerator"], "verdict": verdict, "reason": reason, "matched": name}
+            verdict, reason, op = listed[name]
+            return {
+                "accelerator": target["accelerator"],
+                "verdict": verdict,
+                "reason": reason,
+                "matched": name,
+                **({"op": op} if op else {}),
+            }
         if "*" in listed:
             return {"accelerator": target["accelerator"], "verdict": "unknown", "reason": listed["*"][1]}
     known = [n for n in names if graph is None or n in graph]
@@ -163,6 +255,8 @@ def join(report: dict[str, Any], placement: dict[str, Any] | None, graph: set[st
     report["by_accelerator"] = by_accelerator(nodes)
     report["partitions"] = partitions(nodes)
     report["by_verdict"] = by_verdict(nodes, [t["accelerator"] for t in targets])
+    report["fallbacks"] = [fallback_cost(nodes, i, t["accelerator"]) for i, t in enumerate(targets)]
+    report["handovers"] = handovers(nodes, graph)
     return report
 
 
@@ -216,6 +310,74 @@ def by_verdict(nodes: list[dict[str, Any]], targets: list[str]) -> list[dict[str
             }
         )
     return out
+
+
+# kernels a runtime inserts to move or re-lay data between kernels or devices (ORT's Memcpy and NCHWc reorders,
+# OpenVINO's Reorder/Convert): not in the model, their time is the cost of a hand-over
+HANDOVER_OPS = ("MemcpyToHost", "MemcpyFromHost", "ReorderInput", "ReorderOutput", "Reorder", "Convert")
+
+
+def fallback_cost(nodes: list[dict[str, Any]], i: int, accelerator: str) -> dict[str, Any]:
+    """What the nodes explain says fall back from ``accelerator`` (its ``i``-th target) cost, measured: how many,
+    of which ops, their time and share, the partitions they would split the graph into, the fixes, and one
+    sentence that says it all (``headline``)."""
+    total = sum(n["time_ms"] for n in nodes)
+    falls = [n for n in nodes if n["placement"][i]["verdict"] == "no"]
+    ops: dict[str, int] = {}
+    fixes: list[str] = []
+    for n in falls:
+        op = n["placement"][i].get("op") or n.get("op") or "?"  # the model's node that falls back, if fused
+        ops[op] = ops.get(op, 0) + 1
+        reason = n["placement"][i]["reason"]
+        fix = reason.split("; fix: ", 1)[1] if "; fix: " in reason else ""
+        if fix and fix not in fixes:
+            fixes.append(fix)
+    # the target's partitions if it ran the model: runs of consecutive nodes on it, in execution order
+    sides = [n["placement"][i]["verdict"] == "no" for n in nodes if n["placement"][i]["verdict"] != "unmatched"]
+    parts = sum(1 for k, side in enumerate(sides) if not side and (k == 0 or sides[k - 1]))
+    ms = sum(n["time_ms"] for n in falls)
+    out = {
+        "accelerator": accelerator,
+        "nodes": len(falls),
+        "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "time_ms": ms,
+        "share": _share(ms, total),
+        "partitions": parts,
+        "fixes": fixes,
+    }
+    if falls:
+        what = ", ".join(f"{op} x{k}" for op, k in out["ops"].items())
+        out["headline"] = (
+            f"{len(falls)} node(s) ({what}) fall back from {accelerator}: they split the graph into {parts} "
+            f"{accelerator} partitions and cost {100 * out['share']:.0f} % of the measured time"
+            + (f"; the fix: {fixes[0]}" if fixes else "")
+        )
+    else:
+        out["headline"] = f"no node falls back from {accelerator}"
+    return out
+
+
+def handovers(nodes: list[dict[str, Any]], graph: set[str] | None) -> dict[str, Any]:
+    """The measured cost of moving data between kernels and devices: the copy and re-layout kernels the runtime
+    inserted (``HANDOVER_OPS``, not nodes of the built graph), with their time and share; and, where the nodes
+    ran on more than one accelerator, each boundary between partitions with the hand-over kernels at it."""
+    total = sum(n["time_ms"] for n in nodes)
+    inserted = [n for n in nodes if n.get("op") in HANDOVER_OPS and (graph is None or n["name"] not in graph)]
+    ms = sum(n["time_ms"] for n in inserted)
+    boundaries = []
+    for k in range(1, len(nodes)):
+        if nodes[k]["accelerator"] != nodes[k - 1]["accelerator"]:
+            at = [n for n in nodes[max(0, k - 2) : k + 2] if n in inserted]
+            boundaries.append(
+                {
+                    "from": nodes[k - 1]["accelerator"],
+                    "to": nodes[k]["accelerator"],
+                    "after": nodes[k - 1]["name"],
+                    "copies": [n["name"] for n in at],
+                    "time_ms": sum(n["time_ms"] for n in at),
+                }
+            )
+    return {"nodes": len(inserted), "time_ms": ms, "share": _share(ms, total), "boundaries": boundaries}
 
 
 __all__ = ["RATIO_TOLERANCE", "SCHEMA", "join", "profile", "profile_deployed", "summary"]

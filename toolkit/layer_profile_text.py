@@ -44,6 +44,11 @@ def profile_text(r: dict[str, Any], top: int = TOP) -> str:
             + (f" = {ratio:.2f} x end to end" if ratio is not None else "")
             + f"   ({len(r.get('nodes') or [])} nodes; {prof.get('source')})"
         )
+        if r.get("profiler_overhead") is not None:
+            lines.append(
+                f"  profiled     median {r['profiled_ms']['p50']:.3f} ms a run with the profiler on = "
+                f"{r['profiler_overhead']:.2f} x the plain run (its own overhead)"
+            )
     else:
         lines.append(f"  per node     {prof.get('reason', 'not available')}")
 
@@ -95,6 +100,14 @@ def profile_text(r: dict[str, Any], top: int = TOP) -> str:
         for v in r.get("by_verdict") or []:
             spent = ", ".join(f"{k} {ms:.3f} ms ({100 * v['share'][k]:.0f}%)" for k, ms in sorted(v["time_ms"].items()))
             lines.append(f"  explain's verdict for {v['accelerator']}: {spent}")
+        for f in r.get("fallbacks") or []:
+            lines.append(f"  {f['headline']}")
+        h = r.get("handovers") or {}
+        if h.get("nodes") or h.get("boundaries"):
+            lines.append(
+                f"  hand-overs   {h['nodes']} copy/re-layout kernel(s) the runtime inserted: {h['time_ms']:.3f} ms "
+                f"({100 * h['share']:.1f}%); {len(h['boundaries'])} boundary(ies) between accelerators"
+            )
     if r.get("placement_note"):
         lines.append(f"  placement: {r['placement_note']}")
     for w in r.get("warnings") or []:

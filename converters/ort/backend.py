@@ -26,6 +26,9 @@ from ..base import Backend, BuildContext, BuildResult
 from .convert import OrtFormats
 from .quantize import OrtQuantization, require_quantized
 
+# execution providers that compile the part of the graph they take: they are offered ONNX operators only
+COMPILING_EPS = ("NNAPIExecutionProvider", "CoreMLExecutionProvider", "QNNExecutionProvider")
+
 if TYPE_CHECKING:
     from edgekit.converters.session import BuildSession
     from edgekit.profiles import Profile
@@ -123,6 +126,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
 
         settings = ctx.profile.backend("ort")
         fmt = settings.get("format", "onnx")
+        compiling = [p for p in settings.get("providers", []) if p in COMPILING_EPS]
         warnings = []
         sections = {}
         work = ctx.workdir
@@ -200,8 +204,16 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         sections["mobile_usability"] = self._usability(final_onnx)
         if fmt == "ort":
             target_platform = "arm" if ctx.profile.arch in ("aarch64", "armv7l") else "amd64"
-            model_file, config = self._to_ort_format(final_onnx, work / "ortfmt", target_platform)
-            sections["ort_format"] = {"target_platform": target_platform, "optimization": "all, fixed"}
+            model_file, config = self._to_ort_format(final_onnx, work / "ortfmt", target_platform, bool(compiling))
+            sections["ort_format"] = {
+                "target_platform": target_platform,
+                "optimization": (
+                    f"all, runtime style: basic optimizations in the file, the others saved and replayed at load on "
+                    f"the nodes {', '.join(compiling)} leaves to the CPU (ONNX Runtime's advice for compiling EPs)"
+                    if compiling
+                    else "all, fixed"
+                ),
+            }
             if ctx.session is not None and ctx.session.memo.get(EXACT):
                 # its fused kernels saturate here: show the file computes what its QDQ source computes under the
                 # same kernels, and judge the int8 model by the QDQ source in exact arithmetic
@@ -238,6 +250,7 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             warnings=warnings,
             runner_options={
                 "providers": settings.get("providers", ["CPUExecutionProvider"]),
+                **({"saved_runtime_optimizations": True} if fmt == "ort" and compiling else {}),
                 **(
                     {"int8_u8s8": True}
                     if ctx.precision == "int8" and not sections["quantization"]["reduce_range"]

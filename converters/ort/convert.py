@@ -16,7 +16,13 @@ if TYPE_CHECKING:
 class OrtFormats:
     """Format methods of the ONNX Runtime backend (mixed into :class:`.backend.OrtBackend`)."""
 
-    def _to_ort_format(self, onnx_path: Path, outdir: Path, target_platform: str) -> tuple[Path, Path]:
+    def _to_ort_format(
+        self, onnx_path: Path, outdir: Path, target_platform: str, runtime_style: bool = False
+    ) -> tuple[Path, Path]:
+        """``model.ort`` and its required-operators config. ``runtime_style``: ONNX Runtime's "Runtime"
+        optimization style, its advice for NNAPI and Core ML: only basic optimizations are applied to the file,
+        the others are saved and replayed at load on the nodes the CPU runs (the runner enables that), so the
+        compiling EP is offered ONNX operators, not the contrib kernels (FusedConv...) it cannot take."""
         from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
         from edgekit.errors import ConversionError
@@ -31,7 +37,7 @@ class OrtFormats:
                 convert_onnx_models_to_ort(
                     src,
                     output_dir=outdir,
-                    optimization_styles=[OptimizationStyle.Fixed],
+                    optimization_styles=[OptimizationStyle.Runtime if runtime_style else OptimizationStyle.Fixed],
                     target_platform=target_platform,
                 )
         except Exception as e:
@@ -43,8 +49,9 @@ class OrtFormats:
                     "runner loads the model with constant folding disabled)"
                 ) from None
             raise ConversionError(f"conversion to ORT format failed: {e}") from e
-        ort_file = outdir / "model.ort"
-        config = outdir / "model.required_operators.config"
+        tag = ".with_runtime_opt" if runtime_style else ""  # the converter's own file names
+        ort_file = outdir / f"model{tag}.ort"
+        config = outdir / f"model.required_operators{tag}.config"
         if not ort_file.exists() or not config.exists():
             raise ConversionError(f"ORT format conversion wrote no model.ort/config in {outdir}")
         return ort_file, config

@@ -200,3 +200,25 @@ def targets(kind: str, graph: Any, nodes: list[dict[str, Any]], profile: Profile
 OPS_AS_GRAPH = False  # a .ort model: --model SOURCE.onnx or the build report's section
 SELECTIVE_BUILD = ("onnxruntime", "onnxruntime", _write_ort)
 PLAN = "required_operators.config for ONNX Runtime's --include_ops_by_config (minimal build)"
+
+
+def ort_format_nodes(path: str | Path) -> list[dict[str, Any]]:
+    """The nodes of an ORT-format file (``name``, ``op``, ``domain``, ``inputs``, ``outputs``), read with ONNX
+    Runtime's own flatbuffers schema: the graph the device loads, for joining a profile's kernels to it."""
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs import InferenceSession
+
+    session = InferenceSession.InferenceSession.GetRootAsInferenceSession(Path(path).read_bytes(), 0)
+    graph = session.Model().Graph()
+    out = []
+    for i in range(graph.NodesLength()):
+        n = graph.Nodes(i)
+        out.append(
+            {
+                "name": (n.Name() or b"").decode(),
+                "op": (n.OpType() or b"").decode(),
+                "domain": (n.Domain() or b"").decode(),
+                "inputs": [{"name": n.Inputs(j).decode()} for j in range(n.InputsLength())],
+                "outputs": [n.Outputs(j).decode() for j in range(n.OutputsLength())],
+            }
+        )
+    return out

@@ -49,6 +49,10 @@ class OrtRunner(Runner):
         if self.manifest.get("runner", {}).get("graph_optimization") == "basic":
             # QDQ nodes stay unfused: int8 arithmetic computed exactly (no saturating fused kernels), slower
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        if self.manifest.get("runner", {}).get("saved_runtime_optimizations"):
+            # an ORT-format file converted in the "Runtime" style: replay its saved optimizations on the nodes the
+            # CPU runs (the bundle's files are checked against the manifest's sha256 before they are served)
+            so.add_session_config_entry("session.enable_saved_runtime_optimizations", "1")
         so.log_severity_level = 3
         if profile_prefix:
             so.enable_profiling = True
