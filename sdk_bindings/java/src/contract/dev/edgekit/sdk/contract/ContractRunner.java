@@ -114,9 +114,9 @@ public final class ContractRunner {
                 return result;
             }
             case "infer_loop":
-                return inferLoop(client, model, inputs(step), count(step, "count"));
+                return inferLoop(client, model, inputs(step), count(step, "count", 0));
             case "overhead":
-                return overhead(client, model, inputs(step), count(step, "runs"), count(step, "warmup"));
+                return overhead(client, model, inputs(step), count(step, "runs", 0), count(step, "warmup", 10));
             default:
                 throw new IllegalArgumentException("unknown op " + Json.write(op));
         }
@@ -210,9 +210,9 @@ public final class ContractRunner {
         return out;
     }
 
-    private static long count(Map<?, ?> step, String key) {
+    private static long count(Map<?, ?> step, String key, long absent) {
         Object v = step.get(key);
-        return v instanceof Long ? (Long) v : 0;
+        return v instanceof Long ? (Long) v : absent;
     }
 
     private static boolean numberOrNull(Object v) {
