@@ -31,7 +31,7 @@ mapfile -t main < <(sources "$here/src/main")
 mapfile -t contract < <(sources "$here/src/contract")
 mapfile -t tests < <(sources "$here/src/test")
 
-rm -rf "$out/classes" "$out/contract-classes" "$out/test-classes"
+rm -rf "$out/classes" "$out/contract-classes" "$out/test-classes" "$out/test-scratch"
 mkdir -p "$out/classes" "$out/contract-classes" "$out/test-classes"
 javac "${flags[@]}" -d "$out/classes" "${main[@]}"
 jar cf "$out/edgekit-sdk.jar" -C "$out/classes" .
@@ -40,5 +40,7 @@ jar cfe "$out/edgekit-sdk-contract.jar" dev.edgekit.sdk.contract.ContractRunner 
 if [ "$run_tests" = 1 ]; then
     # The tests are in the SDK's package (they reach its package-private parts): compiled with its sources.
     javac "${flags[@]}" -d "$out/test-classes" "${main[@]}" "${tests[@]}"
-    java -XX:-UsePerfData -ea -cp "$out/test-classes" dev.edgekit.sdk.SdkTest
+    rm -rf "$out/test-scratch"
+    mkdir -p "$out/test-scratch"
+    java -XX:-UsePerfData -ea -cp "$out/test-classes" dev.edgekit.sdk.SdkTest "$out/test-scratch"
 fi

@@ -5,6 +5,9 @@ import static dev.edgekit.sdk.SdkTest.equal;
 import static dev.edgekit.sdk.SdkTest.raises;
 import static dev.edgekit.sdk.SdkTest.test;
 
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -26,7 +29,33 @@ final class ClientTests {
         });
     }
 
-    static void run() {
+    static void run(File scratch) {
+        test("local(root) reads the agent's port and token from its root", () -> {
+            try (FakeAgent agent = answering("{\"status\": \"ok\"}")) {
+                File root = new File(scratch, "root");
+                File dir = new File(root, "agent");
+                check(dir.mkdirs(), "made " + dir);
+                write(new File(dir, "state.json"), "{\"pid\": 1, \"port\": " + agent.port() + "}");
+                write(new File(dir, "token"), "tok-123\n");
+                try (AgentClient client = AgentClient.local(root.getPath())) {
+                    equal(client.host(), "127.0.0.1");
+                    equal(client.port(), agent.port());
+                    client.health();
+                }
+                String head = agent.requests.get(0).head;
+                boolean fromEnv = System.getenv("EDGEKIT_AGENT_TOKEN") != null
+                        && !System.getenv("EDGEKIT_AGENT_TOKEN").isEmpty();
+                check(fromEnv || head.contains("\r\nAuthorization: Bearer tok-123\r\n"), head);
+                check(new File(dir, "token").delete(), "token removed");
+                try (AgentClient client = AgentClient.local(root.getPath())) {
+                    client.health(); // no token file: reads still work on loopback
+                }
+                check(fromEnv || !agent.requests.get(1).head.contains("Authorization"), agent.requests.get(1).head);
+                AgentException e = raises(AgentException.class, "state.json",
+                        () -> AgentClient.local(new File(scratch, "nothing").getPath()));
+                equal(e.status(), 0);
+            }
+        });
         test("a call sends one well-formed request and parses the answer", () -> {
             try (FakeAgent agent = answering("{\"status\": \"ok\", \"models\": [\"tiny\"]}");
                     AgentClient client = new AgentClient("127.0.0.1", agent.port(), "s3cret")) {
@@ -159,6 +188,12 @@ final class ClientTests {
             raises(IllegalArgumentException.class, "port", () -> new AgentClient("h", 0, null));
             raises(IllegalArgumentException.class, "line break", () -> new AgentClient("h", 1, "a\nb"));
         });
+    }
+
+    private static void write(File file, String text) throws IOException {
+        try (FileOutputStream out = new FileOutputStream(file)) {
+            out.write(text.getBytes(StandardCharsets.UTF_8));
+        }
     }
 
     private static String body(FakeAgent agent, int i) {

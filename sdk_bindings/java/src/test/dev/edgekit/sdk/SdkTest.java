@@ -4,7 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * The SDK's unit tests, without a test framework: {@code java -cp CLASSES dev.edgekit.sdk.SdkTest} runs every
+ * The SDK's unit tests, without a test framework: {@code java -cp CLASSES dev.edgekit.sdk.SdkTest DIR} runs every
  * check, prints one line per failure and a summary, and exits 1 when any failed.
  */
 public final class SdkTest {
@@ -18,10 +18,15 @@ public final class SdkTest {
     private SdkTest() {
     }
 
+    /** {@code args[0]}: a folder the tests may write in (they write nowhere else). */
     public static void main(String[] args) {
+        if (args.length != 1) {
+            System.err.println("usage: SdkTest SCRATCH_DIR");
+            System.exit(2);
+        }
         JsonTests.run();
         WireTests.run();
-        ClientTests.run();
+        ClientTests.run(new java.io.File(args[0]));
         for (String f : FAILURES) {
             System.out.println("FAIL " + f);
         }
