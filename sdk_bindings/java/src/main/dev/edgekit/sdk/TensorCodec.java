@@ -192,7 +192,7 @@ public final class TensorCodec {
             } catch (IllegalArgumentException ex) {
                 throw new WireException("tensor '" + n + "': " + ex.getMessage());
             }
-            if (expected != nbytes || offset < 0 || offset + nbytes > size) {
+            if (expected != nbytes || offset < 0 || offset > size - nbytes) { // no overflow: nbytes < 2 GiB
                 throw new WireException("tensor '" + n + "': shape " + Arrays.toString(shape) + " and dtype " + dtype
                         + " do not match its " + nbytes + " bytes");
             }

@@ -120,6 +120,27 @@ final class WireTests {
             check(Arrays.equals(r.output("a").toShortArray(), new short[] {1, 2}), "values");
             equal(r.meta().get("batch"), 1L);
         });
+        test("decode of mutated messages succeeds or throws WireException, nothing else", () -> {
+            Map<String, Tensor> in = new LinkedHashMap<String, Tensor>();
+            in.put("ids", Tensor.ofInt64(new long[] {1, 2, 3}, 1, 3));
+            in.put("x", Tensor.ofFloat32(new float[] {0.25f, 2f}, 2));
+            ByteBuffer good = TensorCodec.encode(in, null);
+            byte[] base = new byte[good.remaining()];
+            good.get(base);
+            java.util.Random rng = new java.util.Random(19);
+            for (int i = 0; i < 5000; i++) {
+                byte[] m = Arrays.copyOf(base, rng.nextInt(4) == 0 ? rng.nextInt(base.length + 1) : base.length);
+                for (int k = rng.nextInt(4); k >= 0 && m.length > 0; k--) {
+                    int at = rng.nextInt(m.length);
+                    m[at] = rng.nextBoolean() ? (byte) rng.nextInt(256) : (byte) "0123456789-[]{},\":e".charAt(rng.nextInt(17));
+                }
+                try {
+                    TensorCodec.decode(ByteBuffer.wrap(m));
+                } catch (WireException e) {
+                    // refused, as it should be
+                }
+            }
+        });
         test("encode refuses names it cannot send", () -> {
             Map<String, Tensor> in = new LinkedHashMap<String, Tensor>();
             in.put("", Tensor.ofInt32(new int[] {1}));
@@ -137,6 +158,8 @@ final class WireTests {
             {message("{\"tensors\": [" + ok + "]}", 7), "do not match its 8 bytes"},
             {message("{\"tensors\": [" + entry("\"a\"", "float32", "[2]", 1, 8) + "]}", 8), "do not match"},
             {message("{\"tensors\": [" + entry("\"a\"", "float32", "[2]", -1, 8) + "]}", 8), "do not match"},
+            {message("{\"tensors\": [" + entry("\"a\"", "float32", "[2]", Long.MAX_VALUE - 3, 8) + "]}", 8),
+                "do not match"},
             {message("{\"tensors\": [" + entry("\"a\"", "float32", "[3]", 0, 8) + "]}", 8), "do not match"},
             {message("{\"tensors\": [" + entry("\"a\"", "float32", "[-2]", 0, 8) + "]}", 8), "negative"},
             {message("{\"tensors\": [" + entry("\"a\"", "complex64", "[2]", 0, 8) + "]}", 8), "unsupported dtype"},
