@@ -50,6 +50,23 @@ final class JsonTests {
             test("json refuses " + Json.write(text), () -> raises(IllegalArgumentException.class, "invalid JSON",
                     () -> Json.parse(text)));
         }
+        test("json on mutated text parses or throws IllegalArgumentException, nothing else", () -> {
+            String base = "{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\\n\"], \"b\": {\"c\": 0.1}}";
+            java.util.Random rng = new java.util.Random(19);
+            String alphabet = "{}[],:\"\\u0123456789eE+-.tfnrl ";
+            for (int i = 0; i < 20000; i++) {
+                StringBuilder m = new StringBuilder(base.substring(0, rng.nextInt(4) == 0 ? rng.nextInt(base.length())
+                        : base.length()));
+                for (int k = rng.nextInt(4); k >= 0 && m.length() > 0; k--) {
+                    m.setCharAt(rng.nextInt(m.length()), alphabet.charAt(rng.nextInt(alphabet.length())));
+                }
+                try {
+                    Json.parse(m.toString());
+                } catch (IllegalArgumentException e) {
+                    // refused, as it should be
+                }
+            }
+        });
         test("json refuses invalid UTF-8 bytes", () -> raises(IllegalArgumentException.class, "UTF-8",
                 () -> Json.parse(new byte[] {'"', (byte) 0xc3, '"'})));
         test("json refuses nesting deeper than its bound, reads up to it", () -> {
