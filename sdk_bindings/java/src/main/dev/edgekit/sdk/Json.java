@@ -331,10 +331,8 @@ public final class Json {
             }
             out.append(Double.toString(d));
         } else if (value instanceof Long || value instanceof Integer || value instanceof Short
-                || value instanceof Byte || value instanceof BigInteger) {
-            out.append(value.toString());
-        } else if (value instanceof BigDecimal) {
-            out.append(((BigDecimal) value).toString());
+                || value instanceof Byte || value instanceof BigInteger || value instanceof BigDecimal) {
+            out.append(value.toString()); // BigDecimal.toString: JSON's number syntax (1E+3, 0.001)
         } else if (value instanceof Map) {
             out.append('{');
             Iterator<? extends Map.Entry<?, ?>> it = ((Map<?, ?>) value).entrySet().iterator();
