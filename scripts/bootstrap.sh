@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 if [[ "${1:-}" == "--test" ]]; then
     # The tests start their own sshd on loopback (and one per emulated device in network namespaces),
     # drive the real adb client against a device-side test daemon, run the agent on an arm64 Debian
-    # userland under qemu, and render the field report in headless Chromium.
+    # userland under qemu, render the field report in headless Chromium, and build each client SDK.
     missing=()
     [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
     command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
@@ -17,6 +17,12 @@ if [[ "${1:-}" == "--test" ]]; then
     command -v ip >/dev/null || missing+=(iproute2)
     command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
     command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
+    # the SDKs' own builds and tests: C (gcc, make), Java (javac, jar), TypeScript (node, npm)
+    command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+    command -v make >/dev/null || missing+=(make)
+    command -v javac >/dev/null || missing+=(default-jdk-headless)
+    command -v node >/dev/null || missing+=(nodejs)
+    command -v npm >/dev/null || missing+=(npm)
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "installing ${missing[*]} for the test suite" >&2
         SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"

@@ -98,10 +98,12 @@ def arm64_bare(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_an_empty_arm64_python_is_set_up_offline_then_serves(agent_roots, arm64_bare, tiny_bundle):
+def test_an_empty_arm64_python_is_set_up_offline_then_serves(agent_roots, arm64_bare, tiny_bundle, sshd):
+    """The emulated arm64 device reached over SSH (a real sshd on loopback), its Python without numpy or runtime."""
     wrapper, info = arm64_bare
     root = agent_roots("arm64-bare", python=str(wrapper))
-    device = ["--local", "--device-python", wrapper, "--device-root", root]
+    keys = ["--ssh-key", sshd.client_key, "--known-hosts", sshd.known_hosts, "--ssh-config", "/dev/null"]
+    device = ["--ssh", f"{sshd.user}@{sshd.host}:{sshd.port}", *keys, "--device-python", wrapper, "--device-root", root]
     # The version the userland's ONNX Runtime runs under qemu-user (newer aarch64 builds crash the emulator).
     p = run_cli("device", "setup", tiny_bundle, "--version", info["onnxruntime"], *device, "--json", check=0)
     r = one_json(p.stdout)

@@ -223,3 +223,19 @@ def test_deploy_profile_layers_then_field_report_shows_where_the_time_goes(ppocr
     assert "where the time goes" not in p.stdout
     p = run_cli("deploy", bundle, "--local", "--device-root", root, "--profile-layers", 500, check=1)
     assert "--profile-layers takes 1 to 200 profiled runs (got 500)" in p.stderr
+
+
+def test_the_fallback_line_and_the_hand_overs_are_on_the_page():
+    target = {
+        "accelerator": "NNAPI",
+        "summary": {"fallback": 1, "unknown": 0},
+        "fallback": [{"node": EVIL, "op": "HardSigmoid", "reason": "not in NNAPI", "fix": "<Clip>"}],
+        "unknown": [],
+    }
+    nodes = [_node("a", 4.0, "NNAPI"), _node(EVIL, 1.0, "CPU"), _node("Memcpy_token_1", 1.0, "CPU")]
+    nodes[2]["op"] = "MemcpyToHost"
+    page = render(join(_report(nodes), {"targets": [target]}, graph={"a", EVIL}))
+    text = "".join(_parse(page).text)
+    assert "1 node(s) (HardSigmoid x1) fall back from NNAPI" in text and "the fix: <Clip>" in text
+    assert "hand-overs: 1 copy/re-layout kernel(s) the runtime inserted" in text
+    assert "<Clip>" not in page  # escaped

@@ -129,7 +129,14 @@ def _accelerators(r: dict[str, Any], colors: dict[str, str]) -> str:
         + _esc(", ".join(f"{k} {ms:.3f} ms ({100 * v['share'][k]:.0f} %)" for k, ms in sorted(v["time_ms"].items())))
         + "</li>"
         for v in r.get("by_verdict") or []
-    )
+    ) + "".join(f'<li class="fallbacks">{_esc(f["headline"])}</li>' for f in r.get("fallbacks") or [])
+    h = r.get("handovers") or {}
+    if h.get("nodes") or h.get("boundaries"):
+        verdicts += (
+            f'<li id="handovers">hand-overs: {h["nodes"]} copy/re-layout kernel(s) the runtime inserted, '
+            f"{h['time_ms']:.3f} ms ({100 * h['share']:.1f} %); {len(h['boundaries'])} boundary(ies) between "
+            "accelerators</li>"
+        )
     return (
         "<h2>Time per accelerator</h2>"
         + _strip("accelerators", "share of the per-node time per accelerator", segs)
