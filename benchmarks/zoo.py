@@ -421,8 +421,8 @@ class LocalDevices:
     def get(self, backend: str) -> Any:
         from edgekit.deployer import open_device
 
-        if backend not in self.open:
-            self.open[backend] = open_device("local", device_root=str(self.root), backend=backend)
+        if backend not in self.open:  # a root per backend: one agent per Python (an explicit root is shared)
+            self.open[backend] = open_device("local", device_root=str(self.root / backend), backend=backend)
         return self.open[backend]
 
     def stop(self, stop_agent: Any) -> None:
