@@ -24,6 +24,7 @@ SOURCES = (
     "tsconfig.json",
     "tsconfig.lib.json",
     "src",
+    "node",
     "test",
     "runner",
     "scripts",

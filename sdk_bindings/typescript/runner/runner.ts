@@ -6,6 +6,7 @@
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
+import { nodeFetch } from "../node/transport.js";
 import { AgentClient, AgentError, AnyTensor, isDType, Tensor, tensorBytes, tensorFromBytes } from "../src/index.js";
 
 interface JsonTensor {
@@ -53,13 +54,17 @@ function failure(e: unknown): Outcome {
 class Runner {
   private readonly clients = new Map<string | null, AgentClient>();
 
-  constructor(private readonly scenario: Scenario) {}
+  constructor(
+    private readonly scenario: Scenario,
+    private readonly fetchFn?: typeof fetch,
+  ) {}
 
   client(step: Step): AgentClient {
     const token = "token" in step ? (step.token ?? null) : (this.scenario.token ?? null);
     let c = this.clients.get(token);
     if (!c) {
-      c = new AgentClient({ baseUrl: `http://${this.scenario.host}:${this.scenario.port}`, token });
+      const baseUrl = `http://${this.scenario.host}:${this.scenario.port}`;
+      c = new AgentClient({ baseUrl, token, ...(this.fetchFn ? { fetch: this.fetchFn } : {}) });
       this.clients.set(token, c);
     }
     return c;
@@ -136,12 +141,15 @@ class Runner {
 }
 
 async function main(argv: string[]): Promise<number> {
-  if (argv.length !== 1) {
-    process.stderr.write("usage: node runner.js SCENARIO.json\n");
+  // --transport node: the Node-only transport (edgekit-sdk/node); fetch (the default): the global fetch
+  const transport = argv[0] === "--transport" ? argv[1] : "fetch";
+  const rest = argv[0] === "--transport" ? argv.slice(2) : argv;
+  if (rest.length !== 1 || !["fetch", "node"].includes(transport)) {
+    process.stderr.write("usage: node runner.js [--transport fetch|node] SCENARIO.json\n");
     return 2;
   }
-  const scenario = JSON.parse(readFileSync(argv[0], "utf8")) as Scenario;
-  const results = await new Runner(scenario).run();
+  const scenario = JSON.parse(readFileSync(rest[0], "utf8")) as Scenario;
+  const results = await new Runner(scenario, transport === "node" ? nodeFetch() : undefined).run();
   process.stdout.write(JSON.stringify({ results }) + "\n");
   return 0;
 }
