@@ -32,7 +32,7 @@ def _checker(error, precision="fp16"):
         fid_ds=_Data(),
         runs=_Failing(error),
         opts=SimpleNamespace(backend="ort", allow_degraded=False),
-        src=SimpleNamespace(inputs=[TensorSpec("x", [1, 4], "float32", None)]),
+        src=SimpleNamespace(inputs=[TensorSpec("x", [1, 4], "float32", None)], path=None),
     )
     inferred = SimpleNamespace(inferred=True, spec=SimpleNamespace(family="generic"))
     return StepChecker(p, [{}], inferred, session=None)  # type: ignore[arg-type]

@@ -339,8 +339,8 @@ def test_fallbacks_are_one_line_with_their_cost_partitions_and_fix():
     assert f["nodes"] == 2 and f["ops"] == {"HardSigmoid": 2} and f["partitions"] == 3
     assert f["share"] == pytest.approx(0.2) and f["fixes"] == ["rewrite as Clip"]
     assert f["headline"] == (
-        "2 node(s) (HardSigmoid x2) fall back from NNAPI: they split the graph into 3 NNAPI partitions and cost 20 % of "
-        "the measured time; the fix: rewrite as Clip"
+        "2 node(s) (HardSigmoid x2) fall back from NNAPI: they split the graph into 3 NNAPI partitions and cost 20 % "
+        "of the measured time; the fix: rewrite as Clip"
     )
     assert f["headline"] in profile_text(r)
 

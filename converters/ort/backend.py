@@ -95,9 +95,12 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             entry = dict(entry, runner={**entry.get("runner", {}), "graph_optimization": "basic"})
         return entry
 
-    def _ort_matches_qdq(self, ctx: BuildContext, qdq_path: Path, ort_path: Path) -> dict[str, Any]:
+    def _ort_matches_qdq(
+        self, ctx: BuildContext, qdq_path: Path, ort_path: Path, replay: bool = False
+    ) -> dict[str, Any]:
         """The .ort file against its QDQ source, both under this host's own (fused) kernels: the conversion must
-        not change what the model computes. Returns the record for the report; raises ConversionError if not."""
+        not change what the model computes (``replay``: the file's saved runtime optimizations replayed, as the
+        device runs a Runtime-style file). Returns the record for the report; raises ConversionError if not."""
         import numpy as np
 
         from edgekit.errors import ConversionError
@@ -106,7 +109,10 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
         samples = (ctx.evaluation if ctx.evaluation is not None else ctx.calib).samples[:32]  # type: ignore[union-attr]
         plain = {**(ctx.session.default_manifest() if ctx.session else {}), "runner": {}}
         qdq = predict(in_process("ort", qdq_path, plain), samples)
-        ort = predict(in_process("ort", ort_path, plain), samples)
+        ort = predict(
+            in_process("ort", ort_path, {**plain, "runner": {"saved_runtime_optimizations": True} if replay else {}}),
+            samples,
+        )
         worst = max(
             float(np.max(np.abs(np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64))))
             for a, b in zip(qdq, ort)
@@ -217,7 +223,9 @@ class OrtBackend(OrtQuantization, OrtFormats, Backend):
             if ctx.session is not None and ctx.session.memo.get(EXACT):
                 # its fused kernels saturate here: show the file computes what its QDQ source computes under the
                 # same kernels, and judge the int8 model by the QDQ source in exact arithmetic
-                sections["ort_format"]["matches_qdq_source"] = self._ort_matches_qdq(ctx, final_onnx, model_file)
+                sections["ort_format"]["matches_qdq_source"] = self._ort_matches_qdq(
+                    ctx, final_onnx, model_file, replay=bool(compiling)
+                )
                 ctx.check(
                     f"ORT format (optimized for {target_platform}; int8 judged exactly on its QDQ source, which the "
                     f"file matches under this host's kernels)",
