@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import inspect
 import re
+import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -91,27 +93,53 @@ def export(
                 f"{_first(e)}; give example inputs the model's forward takes (example_inputs=(tensor, ...), or "
                 "--input-shape NAME=D1,D2,... for each input of a file)"
             ) from None
+    del reference
     work = Path(tempfile.mkdtemp(prefix="edgekit-export-"))
+    try:
+        return _export_in(torch, model, module, kind, name, sha, names, args, dynamic_shapes, call, work, log)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _export_in(
+    torch: Any,
+    model: Any,
+    module: Any,
+    kind: str,
+    name: str,
+    sha: Optional[str],
+    names: List[str],
+    args: tuple,
+    dynamic_shapes: Any,
+    call: Any,
+    work: Path,
+    log: Callable[[str], None],
+) -> Exported:
     path = work / f"{name}.onnx"
-    t0 = time.perf_counter()
-    fallback = None
-    if kind == "TorchScript":
-        exporter, opset = "torch.onnx.export(dynamo=False), the TorchScript-based exporter", TORCHSCRIPT_OPSET
-        _export_torchscript(torch, module, args, names, dynamic_shapes, path, opset)
-        fallback = "a TorchScript module cannot be exported by torch.export (dynamo); the TorchScript exporter took it"
-    else:
-        exporter, opset = "torch.onnx.export(dynamo=True): torch.export, then onnxscript", OPSET
-        try:
-            _export_dynamo(torch, module, args, dynamic_shapes, path)
-        except Exception as e:
-            reason = _first(e)
-            log(f"the dynamo exporter failed ({reason}): trying the TorchScript-based exporter")
-            try:
-                _export_torchscript(torch, call, args, names, dynamic_shapes, path, TORCHSCRIPT_OPSET)
-            except Exception as e2:
-                raise unsupported_op(torch, call, args, e, e2) from None
+    with warnings.catch_warnings(record=True) as caught:  # the exporters' own notices: counted in the report
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        fallback = None
+        if kind == "TorchScript":
             exporter, opset = "torch.onnx.export(dynamo=False), the TorchScript-based exporter", TORCHSCRIPT_OPSET
-            fallback = f"the dynamo exporter failed: {reason}"
+            _export_torchscript(torch, module, args, names, dynamic_shapes, path, opset)
+            fallback = (
+                "a TorchScript module cannot be exported by torch.export (dynamo); the TorchScript exporter took it"
+            )
+        else:
+            exporter, opset = "torch.onnx.export(dynamo=True): torch.export, then onnxscript", OPSET
+            try:
+                _export_dynamo(torch, module, args, dynamic_shapes, path)
+            except Exception as e:
+                reason = _first(e)
+                log(f"the dynamo exporter failed ({reason}): trying the TorchScript-based exporter")
+                try:
+                    _export_torchscript(torch, call, args, names, dynamic_shapes, path, TORCHSCRIPT_OPSET)
+                except Exception as e2:
+                    raise unsupported_op(torch, call, args, e, e2) from None
+                exporter, opset = "torch.onnx.export(dynamo=False), the TorchScript-based exporter", TORCHSCRIPT_OPSET
+                fallback = f"the dynamo exporter failed: {reason}"
     seconds = round(time.perf_counter() - t0, 2)
     log(f"exported {name} ({kind}) to ONNX opset {opset} in {seconds:.1f} s")
     section: Dict[str, Any] = {
@@ -127,9 +155,9 @@ def export(
             n: {"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", "")} for n, a in zip(names, args)
         },
         "export_seconds": seconds,
+        "exporter_warnings": len(caught),
         **({"fallback": fallback} if fallback else {}),
     }
-    del reference
 
     def run(samples: Sequence[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
         import onnx
@@ -262,7 +290,7 @@ def unsupported_op(
     torch: Any, module: Any, args: tuple, dynamo_error: Exception, ts_error: Exception
 ) -> ConversionError:
     """The error for a model neither exporter takes: the op, where it is in the model, and the options."""
-    text = f"{dynamo_error}\n{ts_error}"
+    text = f"{_first(dynamo_error)}\n{_first(ts_error)}\n{dynamo_error}\n{ts_error}"
     op = next((m.group(1) for p in OP_PATTERNS for m in [re.search(p, text)] if m), None)
     where = _module_path(torch, module, args, op) if op else None
     what = f"the operator {op}" if op else "an operator"
@@ -328,7 +356,10 @@ def _version(package: str) -> Optional[str]:
 
 
 def _first(e: BaseException) -> str:
-    text = str(e).strip()
+    """The first line of the root cause (torch.onnx wraps the translator's error in a generic 'step 3/3' one)."""
+    while e.__cause__ is not None and e.__cause__ is not e:
+        e = e.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return (lines[0] if lines else type(e).__name__)[:400]
 
