@@ -200,7 +200,7 @@ def _placement(staged: Path, ops: List[Dict[str, Any]], prof: Any, precision: st
             runtime_version="",
             format="tflite",
             ops=ops,
-            ops_graph="the given .tflite model's operators",
+            ops_graph="the given .tflite model",
         )
         ctx = types.SimpleNamespace(workdir=staged, profile=prof, precision=precision.split()[0])
         return explain_build(result, ctx, "tflite")  # type: ignore[arg-type]
@@ -226,8 +226,8 @@ def _report(
         "passed": True,
         "failures": [],
         "sha256": sha,
-        "note": "the bundle's model is the original file, byte for byte: nothing was converted, so there is nothing "
-        "to compare; the device compares its outputs with the original's own for the sample",
+        "note": f"the bundle's model is the original file, byte for byte (sha256 {sha[:16]}...): nothing was "
+        "converted, so nothing is compared here; the device compares its outputs with the original's own",
     }
     warnings = []
     if ds.synthetic:
@@ -258,7 +258,7 @@ def _report(
             "steps": [step],
         },
         "ops": manifest["ops"],
-        "ops_graph": "the given .tflite model's operators",
+        "ops_graph": "the given .tflite model",
         "host_latency": None,
         "warnings": warnings,
         "placement": placement,
