@@ -44,6 +44,10 @@ def test_a_tflite_is_bundled_as_given(given_tflite, tmp_path):
     assert {o["op"] for o in report["ops"]} >= {"CONV_2D", "FULLY_CONNECTED"}
     assert "error" not in report["placement"] and report["placement"]["precision"] == "int8"
     assert report["model_size_bytes"] == given_tflite.stat().st_size
+    text = (tmp_path / "out" / "report.txt").read_text()
+    assert (
+        "precision int8 (as given)" in text and f"cnn_int8.tflite taken as given (no conversion), sha256 {sha}" in text
+    )
 
 
 @pytest.mark.e2e

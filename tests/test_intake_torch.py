@@ -98,6 +98,9 @@ def test_module_builds_for_ort_with_the_export_judged_first(tmp_path):
     out = next(iter(first["outputs"].values()))
     assert out["cosine_min"] > 0.99999 and out["top1_agreement"] == 1.0
     assert report["name"] == "smallcnn" and report["fidelity"]["passed"]
+    text = (tmp_path / "out" / "report.txt").read_text()
+    assert "export     PyTorch nn.Module -> ONNX opset 18 by torch.onnx.export(dynamo=True)" in text, text
+    assert "source     " in text and "nodes in the ONNX graph exported (smallcnn.onnx)" in text
 
 
 @pytest.mark.e2e
@@ -153,6 +156,17 @@ def test_declared_dynamic_batch_and_sequence_stay_dynamic(tmp_path):
     assert report["shapes"]["allowed"]["x"] == [{"min": 1, "max": 8}, {"min": 2, "max": 64}, 8]
     export_step(report)
     assert [s["step"] for s in report["fidelity"]["steps"]][1] == "fp32 (dynamic shapes kept)"
+
+
+@pytest.mark.e2e
+def test_a_torchscript_file_takes_declared_ranges(tmp_path):
+    torch.manual_seed(0)
+    torch.jit.trace(Sequence().eval(), (torch.randn(2, 10, 8),)).save(str(tmp_path / "seq.pt"))
+    report = edgekit.build(tmp_path / "seq.pt", "host", tmp_path / "out", input_shapes=["x=[1:8],[2:64],8"])
+    assert report["export"]["dynamic_dims"] == {"x": {"0": "x_0", "1": "x_1"}}
+    assert report["shapes"]["allowed"]["x"] == [{"min": 1, "max": 8}, {"min": 2, "max": 64}, 8]
+    export_step(report)
+    assert all(s["passed"] for s in report["fidelity"]["steps"])
 
 
 @pytest.mark.e2e
