@@ -64,6 +64,8 @@ def test_other_backends_are_refused_with_the_reason(given_tflite, tmp_path):
     assert "tflite2onnx" in str(e.value) and "tf2onnx" in str(e.value) and "--tflite" in str(e.value)
     p = run_cli("build", given_tflite, "--profile", "host", "--backend", "ort", "-o", tmp_path / "out", check=1)
     assert "--backend tflite" in p.stderr
+    p = run_cli("build", given_tflite, "--profile", "host", "--auto", "-o", tmp_path / "out", check=1)
+    assert "--auto builds from an ONNX model" in p.stderr
     assert not (tmp_path / "out").exists()
 
 

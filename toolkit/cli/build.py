@@ -225,6 +225,11 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         raise EdgekitError(
             "--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto"
         )
+    if not str(args.model).lower().endswith(".onnx"):
+        raise EdgekitError(
+            f"--auto builds from an ONNX model; {args.model} is not one: build it without --auto (a PyTorch model is "
+            "exported and a .tflite taken as given, docs/INTAKE.md), then run --auto on the exported .onnx"
+        )
     if args.stream:
         raise EdgekitError("--auto does not build streams yet: build each backend with --stream without --auto")
     if args.sample_axis or args.input_value:
