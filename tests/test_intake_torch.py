@@ -217,3 +217,39 @@ def test_example_inputs_are_refused_for_an_onnx_model(tmp_path, tiny_model):
     with pytest.raises(ModelError, match="example_inputs and dynamic_shapes are for a PyTorch model"):
         edgekit.build(tiny_model, "host", tmp_path / "out", example_inputs=(X,))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.e2e
+def test_a_dynamo_failure_falls_back_to_the_torchscript_exporter_with_the_reason(tmp_path, monkeypatch):
+    from edgekit import intake_torch
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("this exporter cannot take the model today")
+
+    monkeypatch.setattr(intake_torch, "_export_dynamo", refuse)
+    report = edgekit.build(cnn(), "host", tmp_path / "out", example_inputs=(X,), use_cache=False)
+    ex = report["export"]
+    assert ex["fallback"] == "the dynamo exporter failed: this exporter cannot take the model today"
+    assert "dynamo=False" in ex["exporter"] and ex["opset"] == 17
+    export_step(report)
+
+
+@pytest.mark.e2e
+def test_int8_from_a_module_with_calibration_data(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "calib.npz", x=rng.uniform(0, 1, (32, 1, 3, 16, 16)).astype(np.float32))
+    report = edgekit.build(
+        cnn(),
+        "host",
+        tmp_path / "out",
+        example_inputs=(X,),
+        precision="int8",
+        calib=tmp_path / "calib.npz",
+        min_cosine=0.95,
+        use_cache=False,
+    )
+    first = export_step(report)
+    assert first["samples"] == 32 and report["fidelity"]["data"]["synthetic"] is False
+    assert report["precision"] == "int8" and report["fidelity"]["steps"][-1]["step"].startswith("int8")
