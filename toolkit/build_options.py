@@ -42,6 +42,9 @@ class BuildOptions:
     sample_axes: Any = None  # {input: axis} or ["state=1"]
     input_values: Any = None  # {input: value} or ["sr=16000"]
     keep_head_float: bool = True  # int8: a detector's or segmenter's decoder tail may stay float
+    example_inputs: Any = None  # a PyTorch model: (tensor, ...) its forward takes (edgekit.intake_torch)
+    dynamic_shapes: Any = None  # a PyTorch model: torch.export's dynamic_shapes ({input: {axis: Dim}})
+    exported: Any = None  # set by edgekit.intake: the PyTorch original the ONNX model was exported from
 
     @classmethod
     def of(cls, options: Optional["BuildOptions"] = None, **changes: Any) -> "BuildOptions":

@@ -12,12 +12,13 @@ import json
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import build_specialise, converters, profiles, progress, shape_variants
+from . import build_specialise, converters, intake, profiles, progress, shape_variants
 from . import bundle as bundle_mod
 from . import shape_text as shape_lines
 from .build_check import StepChecker, resolve
@@ -56,7 +57,13 @@ def build(model: Any, profile: Any, output: Any, options: Optional[BuildOptions]
     ``keep_head_float``: an INT8 detector or segmenter whose task metric fails its gate is quantized again with
     its decoder tail in float (:mod:`edgekit.converters.heads`); False builds and judges the plain INT8 model.
     """
-    opts = BuildOptions.of(options, **kwargs)
+    return intake.build(
+        model, profile, output, BuildOptions.of(options, **kwargs), partial(_build_onnx, profile, output)
+    )
+
+
+def _build_onnx(profile: Any, output: Any, model: Any, opts: BuildOptions) -> Dict[str, Any]:
+    """The build of an ONNX model (edgekit.intake hands over an exported one with ``opts.exported`` set)."""
     _refuse_growing_state_on_static(profile, opts)
     declared = _variant_declaration(profile, opts)
     if declared:
@@ -243,6 +250,7 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
         if specialised_path is not None:
             converted_path, session = specialised_path, converters.BuildSession.for_source(p.src)
         checker = StepChecker(p, reference_outputs, resolve(p, reference_path, reference_outputs), session)
+        export = intake.record_export(p, checker, reference_outputs) if opts.exported is not None else None
         log(
             f"task: {checker.inferred.spec} ({checker.inferred.reason}); judged by the {checker.task_section()['gate']}"
         )
@@ -275,6 +283,8 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
         with progress.of(log).step(f"building {opts.backend} {p.precision}{calibrating}"):
             result = be.build(ctx)
         result.sections["placement"] = _placement(result, ctx, opts.backend)
+        if export is not None:
+            result.sections["export"] = export
         return write_bundle(p, checker, result, converted_path, session, t0)
     finally:
         shutil.rmtree(work, ignore_errors=True)

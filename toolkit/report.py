@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,20 +31,40 @@ def _g(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
+def _intake_lines(r: dict[str, Any]) -> list[str]:
+    """Where the model came from when it was not an ONNX file: the PyTorch export, or a file taken as given."""
+    ex = r.get("export")
+    if ex:
+        dims = ", ".join(f"{n} axes {sorted(d)}" for n, d in ex["dynamic_dims"].items() if isinstance(d, dict))
+        return [
+            f"  export     PyTorch {ex['from']}{' ' + Path(ex['file']).name if ex.get('file') else ''} -> ONNX opset "
+            f"{ex['opset']} by {ex['exporter'].split(':')[0]} (torch {ex['torch']}) in {ex['export_seconds']} s"
+            + (f"; dynamic: {dims}" if dims else "")
+        ] + ([f"             fallback: {ex['fallback']}"] if ex.get("fallback") else [])
+    given = r.get("taken_as_given")
+    if given:
+        return [f"  source     {Path(given['file']).name} taken as given (no conversion), sha256 {given['sha256']}"]
+    return []
+
+
 def build_text(r: dict[str, Any]) -> str:
     from .fidelity import summary
 
     lines = [
         f"edgekit build report: {r['name']} for {r['profile']}",
         f"  backend    {r['backend']} ({r['runtime']['name']} {r['runtime']['version']}), "
-        f"format {r['format']}, precision {r['precision']}",
+        f"format {r['format']}, precision {r.get('precision_detail') or r['precision']}",
         f"  bundle id  {r['bundle_id']}",
         f"  size       {_kb(r['model_size_bytes'])} (source {_kb(r['source_size_bytes'])})",
         *(
-            [f"  source     {r['source_nodes']} nodes in the ONNX graph as given ({r['source']['file']})"]
+            [
+                f"  source     {r['source_nodes']} nodes in the ONNX graph "
+                f"{'exported' if r.get('export') else 'as given'} ({r['source']['file']})"
+            ]
             if "source_nodes" in r
             else []
         ),
+        *_intake_lines(r),
         *[f"  specialised {note}" for note in (r.get("specialised") or {}).get("notes", [])],
         "  files:",
     ]
@@ -63,7 +84,7 @@ def build_text(r: dict[str, Any]) -> str:
             f"  stream     {pairs}: {st['sequences']} sequences, {st['steps']} steps, each run on its own state"
         )
     for s in fid["steps"]:
-        lines.append(f"    {s['step']}: {summary(s)}")
+        lines.append(f"    {s['step']}: {summary(s) or s.get('note', '')}")
         lines += [f"      ! {f}" for f in s["failures"]]
         for i, d in s.get("stream", {}).get("state_drift", {}).items():
             lines.append(

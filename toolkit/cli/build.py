@@ -17,7 +17,11 @@ PRECISION_CHOICES = ["auto", *TABLE.precisions()]
 
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("build", help="convert and shrink a model for a device profile into a bundle")
-    s.add_argument("model", help="ONNX model file")
+    s.add_argument(
+        "model",
+        help="the model: an .onnx file; a PyTorch .pt2 (ExportedProgram) or TorchScript .pt, exported to ONNX here "
+        "(needs torch: pip install 'edgekit[torch]'); a .tflite, deployed as it is (tflite backend) (docs/INTAKE.md)",
+    )
     s.add_argument(
         "--profile",
         help="device profile (see `edgekit profiles`), or a .toml file; default: the configuration file's profile",
@@ -140,6 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..builder import build
+    from ..intake_tflite import is_tflite
     from ..report import build_text
 
     log = logger(args)
@@ -169,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             args.model,
             args.profile,
             args.output,
-            backend=args.backend or "ort",
+            backend=args.backend or ("tflite" if is_tflite(args.model) else "ort"),
             precision=args.precision,
             calib=args.calib,
             val=args.val,
@@ -219,6 +224,11 @@ def _run_auto(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     if args.prune_mode is not None:
         raise EdgekitError(
             "--auto tries pruning levels itself (structured): drop --prune-mode, or build without --auto"
+        )
+    if not str(args.model).lower().endswith(".onnx"):
+        raise EdgekitError(
+            f"--auto builds from an ONNX model; {args.model} is not one: build it without --auto (a PyTorch model is "
+            "exported and a .tflite taken as given, docs/INTAKE.md), then run --auto on the exported .onnx"
         )
     if args.stream:
         raise EdgekitError("--auto does not build streams yet: build each backend with --stream without --auto")
