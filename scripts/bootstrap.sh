@@ -36,3 +36,11 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all,test]' 2>&1 | grep -v "^WARNING: Location" >&2 || true
 .venv/bin/python -c "import edgekit, onnxruntime, paramiko" || { echo "edgekit install failed" >&2; exit 1; }
+if [[ "${1:-}" == "--test" ]]; then
+    # PyTorch for the framework-intake tests (edgekit[torch]), pinned to the CPU build this kind of machine
+    # carries (an unpinned torch resolves to a CUDA build of several GB); the host package does not need it
+    .venv/bin/python -c "import torch, onnxscript" 2>/dev/null \
+        || .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" "onnxscript>=0.2" 2>&1 \
+        | grep -v "^WARNING: Location" >&2 || true
+    .venv/bin/python -c "import torch, onnxscript" || { echo "installing edgekit[torch] for the tests failed" >&2; exit 1; }
+fi
