@@ -132,6 +132,37 @@ def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[
     return _save_copy(model, onnx_path, work, "reshape"), changed
 
 
+def prelu_slope_without_batch_axis(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each ``PRelu`` whose slope is a constant with leading axes of size
+    1 (``[1, C, 1, 1]``, ``[1, C]``, as Keras exports it) takes it without them (``[C, 1, 1]``, ``[C]``): the same
+    broadcast, the layout X2Paddle reads a per-channel slope in; and the nodes changed."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(onnx_path))
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    changed, added = [], []
+    for node in g.node:
+        if node.op_type != "PRelu" or node.domain or len(node.input) != 2 or node.input[1] not in inits:
+            continue
+        slope = numpy_helper.to_array(inits[node.input[1]])
+        lead = 0
+        while lead < slope.ndim - 1 and slope.shape[lead] == 1:
+            lead += 1
+        if lead == 0 or slope.size == 1:
+            continue
+        name = node.name or node.output[0]
+        added.append(numpy_helper.from_array(np.ascontiguousarray(slope.reshape(slope.shape[lead:])), f"{name}/slope"))
+        node.input[1] = added[-1].name
+        changed.append(name)
+    if not changed:
+        return Path(onnx_path), []
+    g.initializer.extend(added)
+    return _save_copy(model, onnx_path, work, "prelu"), changed
+
+
 def pad_rank2_as_rank4(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
     """``onnx_path``, or a copy in ``work`` where each main-graph ``reflect``/``edge`` ``Pad`` of a static rank-2
     tensor with constant pads is done on that tensor reshaped to ``[1, 1, a, b]``; and the nodes changed."""

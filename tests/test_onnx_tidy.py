@@ -249,3 +249,47 @@ def test_wake_word_model_with_a_rank_2_if_condition_builds_for_openvino(tmp_path
         )  # fmt: skip
         assert report["fidelity"]["passed"]
     assert any("not timed against the fp32 reference on this machine" in w for w in report["warnings"])
+
+
+def test_a_prelu_slope_loses_its_leading_unit_axes_and_keeps_its_values(tmp_path):
+    """Keras exports PRelu slopes as [1, C, 1, 1] (and [1, C] after a dense layer); X2Paddle reads [C, 1, 1] / [C].
+    The rewrite drops the leading 1s; ONNX Runtime computes the same from both graphs."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.converters.onnx_tidy import prelu_slope_without_batch_axis
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [
+            helper.make_node("PRelu", ["x", "s4"], ["y"], name="p4"),
+            helper.make_node("Flatten", ["y"], ["f"]),
+            helper.make_node("PRelu", ["f", "s2"], ["z"], name="p2"),
+            helper.make_node("PRelu", ["x", "one"], ["w"], name="scalar"),
+        ],
+        "prelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 2, 2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z", "w")],
+        [
+            numpy_helper.from_array(rng.random((1, 3, 1, 1), dtype=np.float32), "s4"),
+            numpy_helper.from_array(rng.random((1, 12), dtype=np.float32), "s2"),
+            numpy_helper.from_array(np.full((1, 1, 1, 1), 0.1, np.float32), "one"),
+        ],
+    )
+    src = tmp_path / "prelu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    out, changed = prelu_slope_without_batch_axis(src, tmp_path)
+    assert changed == ["p4", "p2"] and out != src  # a single value broadcasts already: left as it is
+    model = onnx.load(str(out))
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    assert shapes["p4/slope"] == [3, 1, 1] and shapes["p2/slope"] == [12]
+    x = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+
+    def run(path):
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+    for a, b in zip(run(src), run(out)):
+        assert np.array_equal(a, b)
+    assert prelu_slope_without_batch_axis(out, tmp_path) == (out, [])

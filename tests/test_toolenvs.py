@@ -175,6 +175,9 @@ def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
         "if req['x'] == 'trace':\n"
         "    sys.stderr.write('Traceback (most recent call last):\\n  f()\\n  ^^^^\\n')\n"
         "    raise ValueError('the input has shape [-1, 3]')\n"
+        "if req['x'] == 'segv':\n"
+        "    import signal; sys.stderr.write('converting\\n'); sys.stderr.flush()\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n"
         "if req['x'] == 'hang':\n"
         "    import time; time.sleep(60)\n"
         "if req['x'] != 'none':\n"
@@ -193,6 +196,8 @@ def test_run_tool_request_result_env_and_errors(envroot, tmp_path):
     with pytest.raises(ConversionError) as e:  # the line that says why leads, a traceback's carets never do
         toolenvs.run_tool(s, script, {"x": "trace", "step": "s"}, work, log=None)
     assert str(e.value).splitlines()[0] == ("demo: step 's' failed (exit 1): ValueError: the input has shape [-1, 3]")
+    with pytest.raises(ConversionError, match=r"step 's' crashed \(SIGSEGV; a fault of the converter.*at: converting"):
+        toolenvs.run_tool(s, script, {"x": "segv", "step": "s"}, work, log=None)
     with pytest.raises(ConversionError, match="did not finish within 2 s"):
         toolenvs.run_tool(s, script, {"x": "hang", "step": "hang"}, work, timeout=2, log=None)
 

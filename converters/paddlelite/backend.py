@@ -145,12 +145,18 @@ class PaddleLiteBackend(ToolEnvBackend):
         from edgekit import toolenvs
 
         from ..onnx_lstm_cell import lstm_steps_as_cells
-        from ..onnx_tidy import drop_default_dilations, pad_rank2_as_rank4, unsqueeze_as_reshape
+        from ..onnx_tidy import (
+            drop_default_dilations,
+            pad_rank2_as_rank4,
+            prelu_slope_without_batch_axis,
+            unsqueeze_as_reshape,
+        )
 
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
         onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
         onnx_path, _ = lstm_steps_as_cells(onnx_path, work)  # its LSTM mapping loses Y_h and Y_c
         onnx_path, _ = pad_rank2_as_rank4(onnx_path, work)  # Paddle's reflect padding takes rank 3 to 5
+        onnx_path, _ = prelu_slope_without_batch_axis(onnx_path, work)  # its PRelu reads a [C, 1, 1] slope only
         try:
             res = toolenvs.run_tool(
                 self.toolenv,

@@ -91,6 +91,12 @@ def run_tool(
         return f"{key_line(lines)}\n  last output:\n  " + "\n  ".join(lines[-20:])
 
     more = "\n(edgekit build --verbose shows all of it)"
+    if rc < 0:  # killed by a signal: the tool crashed (a segfault in a converter's native code, the OOM killer)
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        raise ConversionError(
+            f"{spec.name}: step {step!r} crashed ({name}; a fault of the converter, not of your options: another "
+            f"backend or version may take the model) at: {_said()}{more}"
+        )
     if rc != 0:
         raise ConversionError(f"{spec.name}: step {step!r} failed (exit {rc}): {_said()}{more}")
     try:
