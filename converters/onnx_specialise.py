@@ -172,7 +172,7 @@ def control_flow_advice(model: Any, backend_said: str) -> str | None:
     node = flow[0]
     name = node.name or node.output[0]
     head = f"{backend_said} cannot convert the {node.op_type} node {name!r} (control flow)"
-    others = "choose another backend (ort, openvino, mnn or tflite run it)"
+    others = "choose ort or openvino, which run control flow"
     if node.op_type != "If":
         return f"{head}: {others}"
     producer = {o: n for n in g.node for o in n.output}

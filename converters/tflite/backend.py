@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from edgekit.errors import ConversionError
+
 from ..base import Backend, BuildContext, BuildResult
 from .common import IO_FILE, TOOLENV, TOOLS, _runner_module, _structured_probe, _threads
 from .quantize import TFLiteQuantization
@@ -188,7 +190,19 @@ class TFLiteBackend(TFLiteQuantization, Backend):
             )
             request["calib"] = str(work / "calib.npz")
         request.update(extra or {})
-        res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
+        try:
+            res = toolenvs.run_tool(self.toolenv, TOOLS / "tflite_convert.py", request, work, log=log)
+        except ConversionError as e:
+            if "ONNX_IF" not in str(e) and "ONNX_LOOP" not in str(e):
+                raise
+            import onnx
+
+            from ..onnx_specialise import control_flow_advice
+
+            advice = control_flow_advice(onnx.load(str(onnx_path), load_external_data=False), "onnx2tf")
+            if advice is None:
+                raise
+            raise ConversionError(f"tflite: {advice}; onnx2tf left it as an unresolved custom op") from None
         (work / IO_FILE).write_text(json.dumps(res["io"], indent=2))
         if session is not None:
             session.register_fp32(onnx_path, res["fp32"])
