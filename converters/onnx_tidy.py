@@ -132,33 +132,52 @@ def unsqueeze_as_reshape(onnx_path: str | Path, work: Path) -> tuple[Path, list[
     return _save_copy(model, onnx_path, work, "reshape"), changed
 
 
-def prelu_slope_without_batch_axis(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
-    """``onnx_path``, or a copy in ``work`` where each ``PRelu`` whose slope is a constant with leading axes of size
-    1 (``[1, C, 1, 1]``, ``[1, C]``, as Keras exports it) takes it without them (``[C, 1, 1]``, ``[C]``): the same
-    broadcast, the layout X2Paddle reads a per-channel slope in; and the nodes changed."""
+def prelu_for_x2paddle(onnx_path: str | Path, work: Path) -> tuple[Path, list[str]]:
+    """``onnx_path``, or a copy in ``work`` where each ``PRelu`` with a constant per-channel slope is in a form
+    X2Paddle 1.6 maps right; and the nodes changed. X2Paddle reads a slope as ``[C, 1, 1]`` on axis 1 only: a slope
+    with leading unit axes (``[1, C, 1, 1]``, as Keras exports it) is given as ``[C, 1, 1]`` (the same broadcast);
+    any other per-channel slope (``[C]`` on a rank-2 tensor after a dense layer, which X2Paddle computes wrong, or a
+    channel-last one) becomes ``Relu(x) + slope * -Relu(-x)``, the same function in elementwise ops."""
     import numpy as np
     import onnx
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     model = onnx.load(str(onnx_path))
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    changed, added = [], []
+    changed, added, nodes = [], [], []
     for node in g.node:
         if node.op_type != "PRelu" or node.domain or len(node.input) != 2 or node.input[1] not in inits:
+            nodes.append(node)
             continue
         slope = numpy_helper.to_array(inits[node.input[1]])
         lead = 0
         while lead < slope.ndim - 1 and slope.shape[lead] == 1:
             lead += 1
-        if lead == 0 or slope.size == 1:
+        rest = slope.shape[lead:]
+        if slope.size == 1 or (lead == 0 and len(rest) >= 2 and all(d == 1 for d in rest[1:])):
+            nodes.append(node)  # one value, or already [C, 1, 1]: X2Paddle maps it right
             continue
         name = node.name or node.output[0]
-        added.append(numpy_helper.from_array(np.ascontiguousarray(slope.reshape(slope.shape[lead:])), f"{name}/slope"))
-        node.input[1] = added[-1].name
+        if len(rest) >= 2 and all(d == 1 for d in rest[1:]):  # [1, C, 1, 1] -> [C, 1, 1]
+            added.append(numpy_helper.from_array(np.ascontiguousarray(slope.reshape(rest)), f"{name}/slope"))
+            node.input[1] = added[-1].name
+            nodes.append(node)
+        else:
+            x, s, p = node.input[0], node.input[1], f"{name}/"
+            nodes += [
+                helper.make_node("Relu", [x], [p + "pos"], name=p + "pos"),
+                helper.make_node("Neg", [x], [p + "negx"], name=p + "negx"),
+                helper.make_node("Relu", [p + "negx"], [p + "relu_negx"], name=p + "relu_negx"),
+                helper.make_node("Neg", [p + "relu_negx"], [p + "neg"], name=p + "neg"),
+                helper.make_node("Mul", [p + "neg", s], [p + "scaled"], name=p + "scaled"),
+                helper.make_node("Add", [p + "pos", p + "scaled"], [node.output[0]], name=name),
+            ]
         changed.append(name)
     if not changed:
         return Path(onnx_path), []
+    del g.node[:]
+    g.node.extend(nodes)
     g.initializer.extend(added)
     return _save_copy(model, onnx_path, work, "prelu"), changed
 

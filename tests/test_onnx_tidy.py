@@ -251,15 +251,16 @@ def test_wake_word_model_with_a_rank_2_if_condition_builds_for_openvino(tmp_path
     assert any("not timed against the fp32 reference on this machine" in w for w in report["warnings"])
 
 
-def test_a_prelu_slope_loses_its_leading_unit_axes_and_keeps_its_values(tmp_path):
-    """Keras exports PRelu slopes as [1, C, 1, 1] (and [1, C] after a dense layer); X2Paddle reads [C, 1, 1] / [C].
-    The rewrite drops the leading 1s; ONNX Runtime computes the same from both graphs."""
+def test_prelu_slopes_take_the_forms_x2paddle_maps_right_and_keep_their_values(tmp_path):
+    """Keras exports PRelu slopes as [1, C, 1, 1] (and [1, C] after a dense layer); X2Paddle maps [C, 1, 1] on axis 1
+    only (a [C] slope on a rank-2 tensor it computes wrong: MTCNN O-Net's cosine 0.46). The first becomes [C, 1, 1],
+    the second elementwise ops; ONNX Runtime computes the same from both graphs."""
     import numpy as np
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgekit.converters.onnx_tidy import prelu_slope_without_batch_axis
+    from edgekit.converters.onnx_tidy import prelu_for_x2paddle
 
     rng = np.random.default_rng(0)
     g = helper.make_graph(
@@ -280,11 +281,12 @@ def test_a_prelu_slope_loses_its_leading_unit_axes_and_keeps_its_values(tmp_path
     )
     src = tmp_path / "prelu.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(src))
-    out, changed = prelu_slope_without_batch_axis(src, tmp_path)
+    out, changed = prelu_for_x2paddle(src, tmp_path)
     assert changed == ["p4", "p2"] and out != src  # a single value broadcasts already: left as it is
     model = onnx.load(str(out))
     shapes = {t.name: list(t.dims) for t in model.graph.initializer}
-    assert shapes["p4/slope"] == [3, 1, 1] and shapes["p2/slope"] == [12]
+    assert shapes["p4/slope"] == [3, 1, 1] and "p2/slope" not in shapes
+    assert "PRelu" not in {n.op_type for n in model.graph.node if n.name == "p2"}  # elementwise now
     x = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
 
     def run(path):
@@ -292,4 +294,4 @@ def test_a_prelu_slope_loses_its_leading_unit_axes_and_keeps_its_values(tmp_path
 
     for a, b in zip(run(src), run(out)):
         assert np.array_equal(a, b)
-    assert prelu_slope_without_batch_axis(out, tmp_path) == (out, [])
+    assert prelu_for_x2paddle(out, tmp_path) == (out, [])

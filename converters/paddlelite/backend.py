@@ -148,7 +148,7 @@ class PaddleLiteBackend(ToolEnvBackend):
         from ..onnx_tidy import (
             drop_default_dilations,
             pad_rank2_as_rank4,
-            prelu_slope_without_batch_axis,
+            prelu_for_x2paddle,
             unsqueeze_as_reshape,
         )
 
@@ -156,7 +156,7 @@ class PaddleLiteBackend(ToolEnvBackend):
         onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
         onnx_path, _ = lstm_steps_as_cells(onnx_path, work)  # its LSTM mapping loses Y_h and Y_c
         onnx_path, _ = pad_rank2_as_rank4(onnx_path, work)  # Paddle's reflect padding takes rank 3 to 5
-        onnx_path, _ = prelu_slope_without_batch_axis(onnx_path, work)  # its PRelu reads a [C, 1, 1] slope only
+        onnx_path, _ = prelu_for_x2paddle(onnx_path, work)  # its PRelu maps a [C, 1, 1] slope on axis 1 only
         try:
             res = toolenvs.run_tool(
                 self.toolenv,
