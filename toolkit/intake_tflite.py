@@ -166,25 +166,17 @@ def _dataset(opts: BuildOptions, inputs: List[TensorSpec]) -> Dataset:
 
 
 def tflite_ops(path: Path) -> List[Dict[str, Any]]:
-    """``[{domain, op, version, count}]`` from the flatbuffer's operator codes (as the tflite converter records)."""
-    from ai_edge_litert import schema_py_generated as schema
+    """``[{domain, op, version, count}]`` from the flatbuffer's operator codes: the tflite converter's own reader
+    (``converters/tools/tflite_convert.py``, standard library at import), so a given file's op list is a built one's."""
+    import importlib.util
 
-    model = schema.Model.GetRootAsModel(path.read_bytes(), 0)
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
-    codes = []
-    for i in range(model.OperatorCodesLength()):
-        oc = model.OperatorCodes(i)
-        name = names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "BUILTIN")
-        if name == "CUSTOM":
-            name = "CUSTOM:" + (oc.CustomCode() or b"").decode("utf-8", "replace")
-        codes.append((name, oc.Version()))
-    counts: Dict[Any, int] = {}
-    for s in range(model.SubgraphsLength()):
-        sg = model.Subgraphs(s)
-        for j in range(sg.OperatorsLength()):
-            key = codes[sg.Operators(j).OpcodeIndex()]
-            counts[key] = counts.get(key, 0) + 1
-    return [{"domain": "tflite", "op": n, "version": v, "count": c} for (n, v), c in sorted(counts.items())]
+    from .converters.tflite.common import TOOLS
+
+    spec = importlib.util.spec_from_file_location("edgekit_tflite_convert", TOOLS / "tflite_convert.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return list(tool.tflite_ops(str(path)))
 
 
 def _placement(staged: Path, ops: List[Dict[str, Any]], prof: Any, precision: str) -> Dict[str, Any]:
