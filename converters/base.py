@@ -54,6 +54,7 @@ class BuildContext:
     # trial(step, model_path) -> the fidelity record of a candidate, neither recorded nor refused; a following
     # check(step, model_path) of the same unchanged file reuses its outputs
     trial: object = None
+    exported: object = None  # edgekit.intake's exported source (the original model, in its framework), or None
 
     def require_calibration(self, what: str, instead: str) -> None:
         """Refuse calibrated quantization without real data from the user's domain."""

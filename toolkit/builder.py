@@ -251,6 +251,9 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
             converted_path, session = specialised_path, converters.BuildSession.for_source(p.src)
         checker = StepChecker(p, reference_outputs, resolve(p, reference_path, reference_outputs), session)
         export = intake.record_export(p, checker, reference_outputs) if opts.exported is not None else None
+        original = getattr(opts.exported, "original_outputs", None)
+        if original is not None and opts.backend in getattr(opts.exported, "reference_for", ()):
+            checker.reference_outputs = original  # this backend converts the original itself: judged against it
         log(
             f"task: {checker.inferred.spec} ({checker.inferred.reason}); judged by the {checker.task_section()['gate']}"
         )
@@ -272,6 +275,7 @@ def _build_one(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dic
             metric=p.user_metric,
             keep_head_float=opts.keep_head_float,
             trial=checker.trial,
+            exported=opts.exported,
         )
         if p.pruning:  # the backend converts the pruned model; every step is still checked against the original
             from .passes import prune as prune_pass

@@ -9,7 +9,7 @@ import shutil
 from typing import Any, Callable, Dict, List
 
 from . import bundle as bundle_mod
-from . import fidelity, intake_tflite, intake_torch, progress
+from . import fidelity, intake_paddle, intake_tflite, intake_torch, progress
 from .build_options import BuildOptions
 from .errors import ModelError
 from .model import parse_input_shapes
@@ -21,7 +21,8 @@ def build(model: Any, profile: Any, output: Any, opts: BuildOptions, build_onnx:
     """Build ``model`` whatever it is: ``build_onnx(onnx_model, opts)`` does the ordinary build."""
     if intake_tflite.is_tflite(model):
         return intake_tflite.build_given(model, profile, output, opts)
-    if not intake_torch.is_torch_source(model):
+    paddle = intake_paddle.is_paddle_source(model)
+    if not paddle and not intake_torch.is_torch_source(model):
         if opts.example_inputs is not None or opts.dynamic_shapes is not None:
             raise ModelError(
                 "example_inputs and dynamic_shapes are for a PyTorch model (an nn.Module, .pt2 or .pt); "
@@ -32,9 +33,12 @@ def build(model: Any, profile: Any, output: Any, opts: BuildOptions, build_onnx:
     shapes = opts.input_shapes
     if isinstance(shapes, (list, tuple)):
         shapes = parse_input_shapes(shapes)
-    exported = intake_torch.export(
-        model, opts.example_inputs, opts.dynamic_shapes, shapes, opts.log or (lambda m: None)
-    )
+    if paddle:
+        exported: Any = intake_paddle.export(model, shapes, opts.log or (lambda m: None))
+    else:
+        exported = intake_torch.export(
+            model, opts.example_inputs, opts.dynamic_shapes, shapes, opts.log or (lambda m: None)
+        )
     try:
         if shapes is None and opts.dynamic_shapes is not None:
             shapes = intake_torch.declared_ranges(exported.onnx_path, opts.dynamic_shapes)
@@ -58,12 +62,15 @@ def record_export(p: Any, checker: Any, reference_outputs: List[dict]) -> Dict[s
     if p.plan is not None:
         section["step"] = "not checked: stream builds feed sequences the original is not run on here"
         return section
-    with progress.of(p.log).step(f"running the original PyTorch model on {len(p.fid_ds)} samples"):
+    framework = section.get("framework", "PyTorch")
+    with progress.of(p.log).step(f"running the original {framework} model on {len(p.fid_ds)} samples"):
         original = exported.run(p.fid_ds.samples)
     thresholds = fidelity.thresholds_for(
         "fp32", p.opts.min_cosine, p.opts.min_top1, p.opts.max_accuracy_drop, min_score=p.opts.min_score
     )
-    step = f"export (PyTorch {section['from']} -> ONNX opset {section['opset']}, {section['exporter'].split(':')[0]})"
+    step = (
+        f"export ({framework} {section['from']} -> ONNX opset {section['opset']}, {section['exporter'].split(':')[0]})"
+    )
     record = fidelity.check_step(
         step,
         original,
@@ -74,7 +81,7 @@ def record_export(p: Any, checker: Any, reference_outputs: List[dict]) -> Dict[s
         task=checker.judged_by,
         metric=p.user_metric,
     )
-    record["reference"] = f"PyTorch {section['torch']} running the original model"
+    record["reference"] = section.get("reference") or f"PyTorch {section['torch']} running the original model"
     checker.steps.insert(0, record)
     p.log(f"  {step}: {'ok' if record['passed'] else 'DEGRADED'} - {fidelity.summary(record)}")
     section["step"] = {k: record[k] for k in ("step", "samples", "passed", "failures", "outputs") if k in record}

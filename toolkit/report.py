@@ -37,9 +37,10 @@ def _intake_lines(r: dict[str, Any]) -> list[str]:
     if ex:
         dims = ", ".join(f"{n} axes {sorted(d)}" for n, d in ex["dynamic_dims"].items() if isinstance(d, dict))
         return [
-            f"  export     PyTorch {ex['from']}{' ' + Path(ex['file']).name if ex.get('file') else ''} -> ONNX opset "
-            f"{ex['opset']} by {ex['exporter'].split(':')[0]} (torch {ex['torch']}) in {ex['export_seconds']} s"
-            + (f"; dynamic: {dims}" if dims else "")
+            f"  export     {ex.get('framework', 'PyTorch')} {ex['from']}"
+            f"{' ' + Path(ex['file']).name if ex.get('file') else ''} -> ONNX opset {ex['opset']} by "
+            f"{ex['exporter'].split(':')[0]} ({ex.get('framework_version') or 'torch ' + ex['torch']}) in "
+            f"{ex['export_seconds']} s" + (f"; dynamic: {dims}" if dims else "")
         ] + ([f"             fallback: {ex['fallback']}"] if ex.get("fallback") else [])
     given = r.get("taken_as_given")
     if given:

@@ -73,6 +73,7 @@ class PaddleLiteBackend(ToolEnvBackend):
             "paddlelite==2.13rc0",
             "paddlepaddle==2.6.2",
             "x2paddle==1.6.0",
+            "paddle2onnx==1.2.11",  # a Paddle inference model -> ONNX for the other backends (edgekit.intake_paddle)
             "onnx==1.17.0",
             "anyio==4.16.0",
             "astor==0.8.1",
@@ -96,8 +97,9 @@ class PaddleLiteBackend(ToolEnvBackend):
             "typing_extensions==4.16.0",
             "urllib3==2.8.0",
         ),
-        check="import paddlelite.lite, x2paddle.convert, paddle, onnx",
-        purpose="ONNX -> Paddle (x2paddle) -> Paddle Lite .nb (opt), and the Paddle Lite runtime for host checks",
+        check="import paddlelite.lite, x2paddle.convert, paddle, paddle2onnx, onnx",
+        purpose="ONNX -> Paddle (x2paddle) -> Paddle Lite .nb (opt), Paddle -> ONNX (paddle2onnx), and the Paddle Lite "
+        "runtime for host checks",
         env=(("GLOG_minloglevel", "2"), ("FLAGS_call_stack_level", "0"), ("PIP_NO_INDEX", "1")),
     )
     ready_detail = (
@@ -140,8 +142,10 @@ class PaddleLiteBackend(ToolEnvBackend):
         runner_options: dict[str, Any],
         log: Callable[[str], Any] | None,
         session: BuildSession,
+        paddle: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """ONNX -> Paddle -> one .nb per target; each registered for the host worker."""
+        """ONNX -> Paddle -> one .nb per target (``paddle``: a Paddle inference model given, opt reads it as it
+        is); each registered for the host worker."""
         from edgekit import toolenvs
 
         from ..onnx_lstm_cell import lstm_steps_as_cells
@@ -152,6 +156,20 @@ class PaddleLiteBackend(ToolEnvBackend):
             unsqueeze_as_reshape,
         )
 
+        if paddle:
+            request = {
+                "step": "Paddle -> .nb",
+                "outdir": str(work),
+                "targets": targets,
+                "pdmodel": (paddle.get("for_opt") or paddle)["model"],
+                "pdiparams": (paddle.get("for_opt") or paddle)["params"],
+                "input_names": paddle["input_names"],
+                "output_names": [o["name"] for o in outputs],
+            }
+            res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py", request, work, log=log)
+            for t, nb in res["nb"].items():
+                session.register(nb, dict(runner_options, inputs=res["inputs"], target=t), inputs, outputs)
+            return res
         onnx_path, _ = drop_default_dilations(onnx_path, work)  # X2Paddle refuses dilations=[1, 1] on pooling
         onnx_path, _ = unsqueeze_as_reshape(onnx_path, work)  # its Unsqueeze mapping loses static shapes
         onnx_path, _ = lstm_steps_as_cells(onnx_path, work)  # its LSTM mapping loses Y_h and Y_c
@@ -213,6 +231,7 @@ class PaddleLiteBackend(ToolEnvBackend):
         targets = [host] if host == target else [host, target]
         inputs = [s.to_dict() for s in ctx.source.inputs]
         outputs = [s.to_dict() for s in ctx.source.outputs]
+        paddle = getattr(ctx.exported, "paddle", None)  # a Paddle model given: opt converts it, not the ONNX export
         res = self._convert(
             ctx.reference_path,
             ctx.workdir / "paddlelite",
@@ -222,9 +241,11 @@ class PaddleLiteBackend(ToolEnvBackend):
             {"target": target, "power_mode": settings.get("power_mode")},
             log=self.quiet(ctx.log),
             session=ctx.session,
+            paddle=paddle,
         )
         runner_options = {"target": target, "inputs": res["inputs"], "power_mode": settings.get("power_mode")}
-        ctx.check(f"fp32 (ONNX -> x2paddle -> opt, {host} .nb on this host)", Path(res["nb"][host]))
+        chain = "Paddle inference model -> opt" if paddle else "ONNX -> x2paddle -> opt"
+        ctx.check(f"fp32 ({chain}, {host} .nb on this host)", Path(res["nb"][host]))
         ctx.session.register_fp32(ctx.reference_path, res["nb"][host])
         shipped = Path(res["nb"][target])
         if target == host:
@@ -247,7 +268,9 @@ class PaddleLiteBackend(ToolEnvBackend):
         ]
         sections = {
             "paddlelite": {
-                "converter": f"x2paddle {res['versions']['x2paddle']} (usage report disabled) with paddlepaddle "
+                "converter": f"opt (paddlelite {res['versions']['paddlelite']}) on the Paddle inference model as given"
+                if paddle
+                else f"x2paddle {res['versions']['x2paddle']} (usage report disabled) with paddlepaddle "
                 f"{res['versions']['paddlepaddle']}, then opt (paddlelite {res['versions']['paddlelite']})",
                 "runtime": f"paddlelite {res['versions']['paddlelite']} (MobileConfig)",
                 "tool_environment": toolenvs.state(self.toolenv)["path"],
@@ -270,7 +293,9 @@ class PaddleLiteBackend(ToolEnvBackend):
             runtime_version=res["versions"]["paddlelite"],
             format="nb",
             ops=operator_set(onnx.load(str(ctx.reference_path))),
-            ops_graph="the ONNX graph given to the converter (its own graph is not read)",
+            ops_graph="the ONNX export of the Paddle model (opt read the Paddle model itself)"
+            if paddle
+            else "the ONNX graph given to the converter (its own graph is not read)",
             sections=sections,
             warnings=warnings,
             runner_options=runner_options,

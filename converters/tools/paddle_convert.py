@@ -12,7 +12,8 @@ Standalone: stdlib + the environment's packages (onnx, x2paddle, paddlepaddle, p
 - ``opt`` runs once per target with ``record_model_info`` (the tailored operator and kernel
   lists for a selective build of Paddle Lite).
 
-request: {"onnx", "outdir", "targets": ["x86", "arm", ...]}
+request: {"onnx", "outdir", "targets": ["x86", "arm", ...]}, or instead of "onnx" a Paddle inference model as given
+         (no x2paddle): {"pdmodel", "pdiparams", "input_names", "output_names"}
 result: {"inputs": {onnx name: paddle name}, "outputs": [onnx names], "nb": {target: path},
          "ops": {target: [...]}, "kernels": {target: [...]}, "tailoring": {target: {"ops": path, "kernels": path}},
          "versions": {...}, "renamed": n}
@@ -130,11 +131,9 @@ def _lines(path: str) -> List[str]:
         return []
 
 
-def main(req_path: str, res_path: str) -> None:
-    with open(req_path) as f:
-        req = json.load(f)
+def _from_onnx(req: Dict[str, Any], out: str) -> Dict[str, Any]:
+    """x2paddle: the ONNX model -> ``out/paddle/inference_model``; the result's first fields."""
     import onnx
-    import paddle
     import x2paddle
     import x2paddle.convert
     import x2paddle.utils
@@ -143,8 +142,6 @@ def main(req_path: str, res_path: str) -> None:
     x2paddle.convert.ConverterCheck = _NoFeedback
     x2paddle.utils.requests = _NoRequests()
 
-    out = os.path.abspath(req["outdir"])
-    os.makedirs(out, exist_ok=True)
     model = onnx.load(req["onnx"])
     inputs = [i.name for i in model.graph.input if i.name not in set(t.name for t in model.graph.initializer)]
     outputs = [o.name for o in model.graph.output]
@@ -172,26 +169,46 @@ def main(req_path: str, res_path: str) -> None:
     inf = os.path.join(out, "paddle", "inference_model")
     if not os.path.isfile(os.path.join(inf, "model.pdmodel")):
         raise SystemExit("x2paddle wrote no inference model (see its messages above)")
+    return {
+        "inputs": dict((n, "x2paddle_" + names[n]) for n in inputs),
+        "outputs": outputs,
+        "renamed": renamed,
+        "seconds": {"x2paddle": round(x2paddle_s, 2)},
+        "pdmodel": os.path.join(inf, "model.pdmodel"),
+        "pdiparams": os.path.join(inf, "model.pdiparams"),
+    }
+
+
+def main(req_path: str, res_path: str) -> None:
+    with open(req_path) as f:
+        req = json.load(f)
+    import paddle
+
+    out = os.path.abspath(req["outdir"])
+    os.makedirs(out, exist_ok=True)
+    if req.get("pdmodel"):  # a Paddle inference model as given: opt reads it directly
+        first: Dict[str, Any] = {
+            "inputs": dict((n, n) for n in req["input_names"]),
+            "outputs": req["output_names"],
+            "renamed": 0,
+            "seconds": {},
+            "pdmodel": req["pdmodel"],
+            "pdiparams": req["pdiparams"],
+        }
+    else:
+        first = _from_onnx(req, out)
 
     from paddlelite.lite import Opt
 
-    result: Dict[str, Any] = {
-        "inputs": dict((n, "x2paddle_" + names[n]) for n in inputs),
-        "outputs": outputs,
-        "nb": {},
-        "ops": {},
-        "kernels": {},
-        "tailoring": {},
-        "renamed": renamed,
-        "seconds": {"x2paddle": round(x2paddle_s, 2)},
-    }
+    result: Dict[str, Any] = dict((k, first[k]) for k in ("inputs", "outputs", "renamed", "seconds"))
+    result.update({"nb": {}, "ops": {}, "kernels": {}, "tailoring": {}})
     for target in req["targets"]:
         t0 = time.time()
         sys.stderr.write("opt: Paddle inference model -> .nb for %s\n" % target)
         stem = os.path.join(out, "model_" + target.replace(",", "_"))
         o = Opt()
-        o.set_model_file(os.path.join(inf, "model.pdmodel"))
-        o.set_param_file(os.path.join(inf, "model.pdiparams"))
+        o.set_model_file(first["pdmodel"])
+        o.set_param_file(first["pdiparams"])
         o.set_valid_places(target)
         o.set_model_type("naive_buffer")
         o.set_optimize_out(stem)
@@ -224,10 +241,10 @@ def main(req_path: str, res_path: str) -> None:
             return "unknown"
 
     result["versions"] = {
-        "x2paddle": x2paddle.__version__,
+        "x2paddle": version("x2paddle"),
         "paddlepaddle": paddle.__version__,
         "paddlelite": version("paddlelite"),
-        "onnx": onnx.__version__,
+        "onnx": version("onnx"),
     }
     with open(res_path, "w") as f:
         json.dump(result, f, indent=2)

@@ -1,0 +1,222 @@
+"""Paddle in: a Paddle inference model (``.pdmodel`` + ``.pdiparams``), read, run and exported in the paddlelite
+tool environment (paddlepaddle 2.6.2, paddle2onnx, Paddle Lite's ``opt``; ``converters/tools/paddle_intake.py``).
+
+The ONNX export (paddle2onnx) is the reference of an ordinary build, its step judged first against Paddle Inference
+running the original on the build's own samples. The paddlelite backend does not convert that ONNX model: ``opt``
+reads the original (``Exported.paddle``) and the ``.nb`` is judged against Paddle's outputs directly
+(``Exported.reference_for``). The JSON program format (Paddle 3, PIR) is refused: paddlepaddle 2.6 cannot read it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import BackendUnavailable, ConversionError, ModelError
+
+NAMES = ("inference", "model")  # the stems a model directory is searched for, in this order
+OPSET = 13  # asked of paddle2onnx; it raises it where an op needs a newer one (hard_swish: 14)
+OPTIONS = (
+    "Options: replace the op in the model with ones paddle2onnx maps, or export ONNX yourself with a paddle2onnx "
+    "that maps it (or with a custom op: paddle2onnx's custom_op_info) and build the .onnx"
+)
+
+
+@dataclass
+class Exported:
+    """An ONNX model exported from a Paddle inference model, and what runs the original."""
+
+    onnx_path: Path
+    name: str  # the bundle's default name
+    section: Dict[str, Any]  # the report's ``export`` section
+    run: Callable[[Sequence[Dict[str, np.ndarray]]], List[Dict[str, np.ndarray]]] = field(repr=False)
+    workdir: Path = field(repr=False)
+    paddle: Dict[str, Any] = field(default_factory=dict)  # the original: model, params, input_names, output_names
+    reference_for: Tuple[str, ...] = ("paddlelite",)  # backends converting the original: judged against Paddle
+    original_outputs: Optional[List[Dict[str, np.ndarray]]] = field(default=None, repr=False)  # run's last
+
+
+def is_paddle_source(model: Any) -> bool:
+    """A ``.pdmodel``, a JSON program with its ``.pdiparams`` beside it, or a directory holding a ``.pdmodel``."""
+    if not isinstance(model, (str, Path)):
+        return False
+    path = Path(model)
+    if path.suffix.lower() == ".pdmodel":
+        return True
+    if path.suffix.lower() == ".json":
+        return path.with_suffix(".pdiparams").is_file()
+    return path.is_dir() and (any(path.glob("*.pdmodel")) or any(path.glob("*.pdiparams")))
+
+
+def locate(model: Any) -> Tuple[Path, Path]:
+    """(the .pdmodel, its .pdiparams), or a ModelError saying what is missing or why the format is refused."""
+    path = Path(model)
+    if path.is_dir():
+        found = [path / f"{n}.pdmodel" for n in NAMES if (path / f"{n}.pdmodel").is_file()]
+        found += sorted(p for p in path.glob("*.pdmodel") if p not in found)
+        if not found:
+            jsons = [path / f"{n}.json" for n in NAMES if (path / f"{n}.json").is_file()]
+            if jsons:
+                json_refused(jsons[0])
+            raise ModelError(f"{path} holds no .pdmodel (looked for {', '.join(n + '.pdmodel' for n in NAMES)})")
+        path = found[0]
+    if path.suffix.lower() == ".json":
+        json_refused(path)
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    params = path.with_suffix(".pdiparams")
+    if not params.is_file():
+        raise ModelError(
+            f"{path.name} has no parameters beside it: {params.name} is missing. A Paddle inference model is the "
+            "pair written by paddle.jit.save / paddle.static.save_inference_model: put the .pdiparams next to it"
+        )
+    return path, params
+
+
+def json_refused(path: Path) -> None:
+    raise ModelError(
+        f"{path.name} is a Paddle program in the JSON format (Paddle 3, PIR), which the paddlepaddle 2.6.2 of "
+        "edgekit's Paddle tool environment cannot read. Re-save it in the .pdmodel format with Paddle "
+        "(FLAGS_enable_pir_api=0 python -c '... paddle.jit.save(layer, \"inference\", input_spec=[...])', or "
+        "paddle 2.x), or export ONNX yourself (paddle2onnx 2.x reads the JSON format: paddle2onnx --model_dir DIR "
+        "--model_filename inference.json --params_filename inference.pdiparams --save_file model.onnx) and "
+        "build the .onnx"
+    )
+
+
+def _spec() -> Any:
+    from .converters.paddlelite.backend import BACKEND
+
+    return BACKEND.toolenv
+
+
+def _tool(request: Dict[str, Any], work: Path, log: Any = None) -> Dict[str, Any]:
+    from . import toolenvs
+    from .converters.paddlelite.backend import TOOLS
+
+    try:
+        return toolenvs.run_tool(_spec(), TOOLS / "paddle_intake.py", request, work, log=log)
+    except BackendUnavailable as e:
+        raise BackendUnavailable(
+            f"a Paddle model is read by edgekit's Paddle tool environment (paddlepaddle 2.6.2, paddle2onnx, "
+            f"paddlelite), which could not be created: {e}. Retry with network access to PyPI, or create it with "
+            "`edgekit backends install paddlelite`; or export ONNX yourself (paddle2onnx) and build the .onnx"
+        ) from None
+
+
+def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[str], None]) -> Exported:
+    """Read the Paddle model, check it, export it to ONNX in a temporary folder (the caller removes it)."""
+    from .model import file_sha256
+
+    pdmodel, params = locate(model)
+    work = Path(tempfile.mkdtemp(prefix="edgekit-export-"))
+    try:
+        base = {"model": str(pdmodel.resolve()), "params": str(params.resolve())}
+        log(f"reading the Paddle inference model {pdmodel.name} (Paddle tool environment)")
+        opt_dir = work / "for-opt"
+        info = _tool(dict(base, action="inspect", opt_dir=str(opt_dir), step="read the Paddle model"), work / "inspect")
+        if info["training"]:
+            raise ModelError(
+                f"{pdmodel.name} is a training program, not an inference model: {info['training']}. Save the "
+                "inference model with paddle.jit.save(layer, path, input_spec=[...]) (or "
+                "paddle.static.save_inference_model) and build that"
+            )
+        _check_shapes(info["inputs"], input_shapes)
+        onnx_path = work / f"{pdmodel.stem}.onnx"
+        try:
+            res = _tool(dict(base, action="export", onnx=str(onnx_path), opset=OPSET, step="paddle2onnx"), work / "x")
+        except ConversionError as e:
+            raise _unsupported(work / "x", info, e) from None
+        log(f"exported {pdmodel.name} to ONNX opset {res['opset']} (paddle2onnx {res['paddle2onnx']})")
+        v = info["versions"]
+        section: Dict[str, Any] = {
+            "from": "inference model",
+            "framework": "Paddle",
+            "file": str(pdmodel),
+            "sha256": file_sha256(pdmodel),
+            "params_sha256": file_sha256(params),
+            "exporter": f"paddle2onnx {res['paddle2onnx']}",
+            "paddlepaddle": v["paddlepaddle"],
+            "framework_version": f"paddlepaddle {v['paddlepaddle']}",
+            "paddle2onnx": res["paddle2onnx"],
+            "reference": f"Paddle Inference {v['paddlepaddle']} running the original model",
+            "opset": res["opset"],
+            "dynamic_dims": {
+                i["name"]: {str(a): "-1" for a, d in enumerate(i["shape"]) if d < 0}
+                for i in info["inputs"]
+                if any(d < 0 for d in i["shape"])
+            },
+            "feed": {i["name"]: {"shape": i["shape"], "dtype": i["dtype"]} for i in info["inputs"]},
+            "export_seconds": res["seconds"],
+        }
+        exported = Exported(onnx_path=onnx_path, name=pdmodel.stem, section=section, run=lambda s: [], workdir=work)
+        exported.paddle = dict(
+            base,
+            input_names=[i["name"] for i in info["inputs"]],
+            output_names=[o["name"] for o in info["outputs"]],
+            for_opt=info["for_opt"],  # {model, params, flatten_as_reshape2}: what opt reads where the given crashes it
+        )
+        exported.run = lambda samples: _run(exported, samples)
+        return exported
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _check_shapes(inputs: List[Dict[str, Any]], given: Optional[Dict[str, list]]) -> None:
+    names = [i["name"] for i in inputs]
+    unknown = sorted(set(given or {}) - set(names))
+    if unknown:
+        raise ModelError(f"--input-shape names {unknown} but the Paddle model's inputs (feed vars) are {names}")
+
+
+def _run(exported: Exported, samples: Sequence[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+    """Paddle Inference running the original on ``samples``; outputs named as the ONNX export's, in order."""
+    import onnx
+
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=exported.workdir))
+    try:
+        feeds = exported.paddle["input_names"]
+        np.savez(work / "in.npz", **{f"{i}/{n}": np.asarray(s[n]) for i, s in enumerate(samples) for n in feeds})
+        req = dict(
+            model=exported.paddle["model"],
+            params=exported.paddle["params"],
+            action="run",
+            samples=str(work / "in.npz"),
+            count=len(samples),
+        )
+        res = _tool(dict(req, out=str(work / "out.npz"), step="run the Paddle model"), work)
+        onnx_names = [o.name for o in onnx.load(str(exported.onnx_path), load_external_data=False).graph.output]
+        with np.load(work / "out.npz") as data:
+            outs = [{o: data[f"{i}/{n}"] for o, n in zip(onnx_names, res["outputs"])} for i in range(len(samples))]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    exported.original_outputs = outs
+    return outs
+
+
+def _unsupported(work: Path, info: Dict[str, Any], error: Exception) -> ConversionError:
+    """The error for a model paddle2onnx cannot export: the op(s), the output var of each, the options."""
+    said = ""
+    log = work / "paddle_intake.stdout.log"
+    if log.is_file():
+        said = log.read_text(errors="replace")
+    found = re.search(r"not supported yet, including ([\w, ]+)", said)
+    if not found:
+        return ConversionError(f"paddle2onnx could not export the Paddle model: {error}. {OPTIONS}")
+    ops = [o.strip() for o in found.group(1).split(",") if o.strip()]
+    where = []
+    for op in ops:
+        outs = [o["outputs"][0] for o in info["ops"] if o["type"] == op and o["outputs"]]
+        where.append(
+            f"{op} (output {outs[0]!r}{f' and {len(outs) - 1} more' if len(outs) > 1 else ''})" if outs else op
+        )
+    return ConversionError(
+        f"paddle2onnx {info['versions']['paddle2onnx']} cannot export the Paddle op(s) {'; '.join(where)}. {OPTIONS}"
+    )
