@@ -286,6 +286,8 @@ class PaddleLiteBackend(ToolEnvBackend):
                 "seconds": res["seconds"],
             }
         }
+        if paddle:  # the .nb was checked against the original itself (edgekit.intake_paddle)
+            sections["paddlelite"]["judged_against"] = getattr(ctx.exported, "section", {}).get("reference")
         return BuildResult(
             model_file=shipped,
             extra_files=extra,

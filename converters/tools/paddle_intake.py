@@ -79,25 +79,23 @@ def _for_opt(program: Any, feeds: List[str], fetches: List[Any], out_dir: str) -
     return {"model": prefix + ".pdmodel", "params": prefix + ".pdiparams", "flatten_as_reshape2": n}
 
 
+def _training(path: str) -> Any:
+    """Why the program at ``path`` is a training program (read alone, before its parameters), or None."""
+    from paddle.base import core
+
+    with open(path, "rb") as f:
+        desc = core.ProgramDesc(f.read())
+    types = set(desc.block(b).op(i).type() for b in range(desc.num_blocks()) for i in range(desc.block(b).op_size()))
+    grads = sorted(t for t in types if t.endswith("_grad") or t in TRAINING_OPS)
+    if grads:
+        return "it holds training ops (%s)" % ", ".join(grads[:5])
+    if "feed" not in types or "fetch" not in types:
+        return "it has no feed and fetch ops (the inputs and outputs an inference model declares)"
+    return None
+
+
 def inspect(req: Dict[str, Any]) -> Dict[str, Any]:
     import paddle
-
-    program, feeds, fetches = _load(req)
-    block = program.global_block()
-    ops: List[Dict[str, Any]] = []
-    for op in block.ops:
-        if op.type in ("feed", "fetch"):
-            continue
-        ops.append({"type": op.type, "outputs": [n for k in op.output_names for n in op.output(k)]})
-    grads = sorted(set(o["type"] for o in ops if o["type"].endswith("_grad") or o["type"] in TRAINING_OPS))
-    training = None
-    if grads:
-        training = "it holds training ops (%s)" % ", ".join(grads[:5])
-    elif not feeds or not fetches:
-        training = "it has no feed or fetch targets"
-
-    def spec(var: Any) -> Dict[str, Any]:
-        return {"name": var.name, "shape": [int(d) for d in var.shape], "dtype": _dtype(var)}
 
     try:
         import paddle2onnx
@@ -105,13 +103,34 @@ def inspect(req: Dict[str, Any]) -> Dict[str, Any]:
         p2o = paddle2onnx.__version__
     except Exception:
         p2o = None
+    versions = {"paddlepaddle": paddle.__version__, "paddle2onnx": p2o}
+    try:
+        training = _training(req["model"])
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        raise SystemExit(
+            "Paddle %s cannot read %s as a Paddle program: %s"
+            % (paddle.__version__, req["model"], text[0] if text else type(e).__name__)
+        ) from None
+    if training:
+        return {"training": training, "versions": versions}
+    program, feeds, fetches = _load(req)
+    block = program.global_block()
+    ops: List[Dict[str, Any]] = []
+    for op in block.ops:
+        if op.type not in ("feed", "fetch"):
+            ops.append({"type": op.type, "outputs": [n for k in op.output_names for n in op.output(k)]})
+
+    def spec(var: Any) -> Dict[str, Any]:
+        return {"name": var.name, "shape": [int(d) for d in var.shape], "dtype": _dtype(var)}
+
     return {
         "inputs": [spec(block.var(n)) for n in feeds],
         "outputs": [spec(v) for v in fetches],
         "ops": ops,
-        "training": training,
-        "versions": {"paddlepaddle": paddle.__version__, "paddle2onnx": p2o},
-        "for_opt": {} if training else _for_opt(program, feeds, fetches, req["opt_dir"]),
+        "training": None,
+        "versions": versions,
+        "for_opt": _for_opt(program, feeds, fetches, req["opt_dir"]),
     }
 
 
