@@ -9,6 +9,7 @@ reads the original (``Exported.paddle``) and the ``.nb`` is judged against Paddl
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -119,8 +120,16 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
     try:
         base = {"model": str(pdmodel.resolve()), "params": str(params.resolve())}
         log(f"reading the Paddle inference model {pdmodel.name} (Paddle tool environment)")
-        opt_dir = work / "for-opt"
-        info = _tool(dict(base, action="inspect", opt_dir=str(opt_dir), step="read the Paddle model"), work / "inspect")
+        onnx_path = work / f"{pdmodel.stem}.onnx"
+        request: Dict[str, Any] = dict(base, action="export", onnx=str(onnx_path), opset=OPSET, step="paddle2onnx")
+        request.update(info=str(work / "info.json"), opt_dir=str(work / "for-opt"))
+        try:
+            res = _tool(request, work / "x")
+        except ConversionError as e:
+            if not (work / "info.json").is_file():
+                raise
+            raise _unsupported(work / "x", json.loads((work / "info.json").read_text()), e) from None
+        info = res["info"]
         if info["training"]:
             raise ModelError(
                 f"{pdmodel.name} is a training program, not an inference model: {info['training']}. Save the "
@@ -128,11 +137,6 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
                 "paddle.static.save_inference_model) and build that"
             )
         _check_shapes(info["inputs"], input_shapes)
-        onnx_path = work / f"{pdmodel.stem}.onnx"
-        try:
-            res = _tool(dict(base, action="export", onnx=str(onnx_path), opset=OPSET, step="paddle2onnx"), work / "x")
-        except ConversionError as e:
-            raise _unsupported(work / "x", info, e) from None
         log(f"exported {pdmodel.name} to ONNX opset {res['opset']} (paddle2onnx {res['paddle2onnx']})")
         v = info["versions"]
         section: Dict[str, Any] = {
@@ -183,7 +187,8 @@ def _run(exported: Exported, samples: Sequence[Dict[str, np.ndarray]]) -> List[D
     work = Path(tempfile.mkdtemp(prefix="run-", dir=exported.workdir))
     try:
         feeds = exported.paddle["input_names"]
-        np.savez(work / "in.npz", **{f"{i}/{n}": np.asarray(s[n]) for i, s in enumerate(samples) for n in feeds})
+        arrays = {f"{i}/{n}": np.asarray(s[n]) for i, s in enumerate(samples) for n in feeds}
+        np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
         req = dict(
             model=exported.paddle["model"],
             params=exported.paddle["params"],

@@ -9,8 +9,10 @@ request: {"action": "inspect" | "run" | "export", "model": path.pdmodel, "params
   Paddle Lite's opt where the program as saved would crash it}
 - run ({"samples": in.npz, "count": n, "out": out.npz}): the original run by Paddle Inference (its graph
   optimizations off: the program as written), sample i's outputs saved as ``{i}/{output name}``.
-- export ({"onnx": path, "opset": n}) -> {"opset": the one written, "seconds"}. paddle2onnx aborts the process
-  on an op it lacks after printing "not supported yet, including OP,": the caller reads that from stdout.
+- export ({"onnx": path, "opset": n, "info": path, "opt_dir"}) -> {"info": inspect's result, "opset": the one
+  written, "seconds", "paddle2onnx"}: inspect and export in one process. paddle2onnx aborts the process on an op it
+  lacks after printing "not supported yet, including OP,": the caller reads that from stdout, and inspect's result
+  from "info", written before the export.
 """
 
 import json
@@ -160,16 +162,24 @@ def run(req: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def export(req: Dict[str, Any]) -> Dict[str, Any]:
+    """inspect, its result written to ``req["info"]`` first (paddle2onnx may abort the process), then the export
+    unless the program is a training one."""
     import onnx
     import paddle2onnx
 
+    info = inspect(req)
+    with open(req["info"], "w") as f:
+        json.dump(info, f, indent=2)
+    if info["training"]:
+        return {"info": info}
     t0 = time.time()
     paddle2onnx.export(req["model"], req["params"], req["onnx"], opset_version=int(req["opset"]))
     if not os.path.isfile(req["onnx"]):
         raise SystemExit("paddle2onnx wrote no ONNX model (see its messages above)")
     model = onnx.load(req["onnx"], load_external_data=False)
     opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    return {"opset": int(opset), "seconds": round(time.time() - t0, 2), "paddle2onnx": paddle2onnx.__version__}
+    seconds = round(time.time() - t0, 2)
+    return {"info": info, "opset": int(opset), "seconds": seconds, "paddle2onnx": paddle2onnx.__version__}
 
 
 def main(req_path: str, res_path: str) -> None:
