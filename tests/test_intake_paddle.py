@@ -108,6 +108,17 @@ def test_an_op_paddle2onnx_lacks_is_named_with_its_output(models, tmp_path):
 
 
 @pytest.mark.e2e
+def test_an_op_opt_lacks_is_named_with_its_output(models, tmp_path):
+    with pytest.raises(ConversionError) as e:
+        edgekit.build(models / "logsumexp", "host", tmp_path / "out", backend="paddlelite", use_cache=False)
+    assert (
+        "opt (paddlelite 2.13rc0) has no x86 kernel for the Paddle op(s) logsumexp (output 'logsumexp_0.tmp_0'): "
+        "replace the op in the model, or choose another backend"
+    ) in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.e2e
 def test_a_training_program_is_refused(models, tmp_path):
     p = run_cli("build", models / "training" / "train.pdmodel", "--profile", "host", "-o", tmp_path / "out", check=1)
     assert "train.pdmodel is a training program, not an inference model: it holds training ops (" in p.stderr

@@ -165,6 +165,7 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
             input_names=[i["name"] for i in info["inputs"]],
             output_names=[o["name"] for o in info["outputs"]],
             for_opt=info["for_opt"],  # {model, params, flatten_as_reshape2}: what opt reads where the given crashes it
+            ops=info["ops"],  # [{type, outputs}]: to name an op a converter lacks
         )
         exported.run = lambda samples: _run(exported, samples)
         return exported

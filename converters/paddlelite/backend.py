@@ -62,6 +62,24 @@ def x2paddle_limitation(onnx_path: str | Path, said: str) -> ConversionError | N
     return None
 
 
+def opt_limitation(said: str, ops: list[dict[str, Any]]) -> ConversionError | None:
+    """The error naming the Paddle op(s) opt has no kernel for, each with its output var (``ops``: the program's
+    ``{type, outputs}``); None when opt said something else."""
+    import re
+
+    found = re.search(r"not supported on '([^']+)'\. These unsupported ops are: ([^.\n]+)", said)
+    if not found:
+        return None
+    named = []
+    for op in re.findall(r"'([^']+)'", found.group(2)):
+        outs = [o["outputs"][0] for o in ops if o["type"] == op and o["outputs"]]
+        named.append(f"{op} (output {outs[0]!r})" if outs else op)
+    return ConversionError(
+        f"paddlelite: opt (paddlelite 2.13rc0) has no {found.group(1)} kernel for the Paddle op(s) "
+        f"{'; '.join(named)}: replace the op in the model, or {OTHERS} (they take the model through its ONNX export)"
+    )
+
+
 class PaddleLiteBackend(ToolEnvBackend):
     name = "paddlelite"
     placement = "edgekit.converters.paddlelite.placement"  # its part of edgekit explain (edgekit.placement)
@@ -166,7 +184,10 @@ class PaddleLiteBackend(ToolEnvBackend):
                 "input_names": paddle["input_names"],
                 "output_names": [o["name"] for o in outputs],
             }
-            res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py", request, work, log=log)
+            try:
+                res = toolenvs.run_tool(self.toolenv, TOOLS / "paddle_convert.py", request, work, log=log)
+            except ConversionError as e:
+                raise opt_limitation(str(e), paddle.get("ops") or []) or e from None
             for t, nb in res["nb"].items():
                 session.register(nb, dict(runner_options, inputs=res["inputs"], target=t), inputs, outputs)
             return res

@@ -5,6 +5,8 @@
   seed 1: the library's own init leaves the logits near 1e-7), saved by ``paddle.jit.save`` for [-1, 3, 96, 96].
 - ``hw/inference.pdmodel``: a conv over [1, 3, -1, -1] (height and width need --input-shape).
 - ``histogram/inference.pdmodel``: a Linear then ``paddle.histogram``, an op paddle2onnx 1.2 does not map.
+- ``logsumexp/inference.pdmodel``: a Linear then ``paddle.logsumexp``, which paddle2onnx exports and opt 2.13 has
+  no kernel for.
 - ``training/train.pdmodel``: a static training program (SGD), saved as a .pdmodel with a .pdiparams beside it.
 """
 
@@ -32,6 +34,15 @@ class Histogram(paddle.nn.Layer):
         return paddle.histogram(y, bins=4, min=0, max=1).astype("float32") + y.sum()
 
 
+class LogSumExp(paddle.nn.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = paddle.nn.Linear(4, 4)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return paddle.logsumexp(self.lin(x), 1)
+
+
 def main(out: str) -> None:
     from paddle.static import InputSpec
     from paddle.vision.models import mobilenet_v3_small
@@ -51,6 +62,10 @@ def main(out: str) -> None:
     hist = Histogram()
     hist.eval()
     paddle.jit.save(hist, os.path.join(out, "histogram", "inference"), input_spec=[InputSpec([2, 3], "float32", "x")])
+
+    lse = LogSumExp()
+    lse.eval()
+    paddle.jit.save(lse, os.path.join(out, "logsumexp", "inference"), input_spec=[InputSpec([2, 4], "float32", "x")])
 
     paddle.enable_static()
     main_program, startup = paddle.static.Program(), paddle.static.Program()
