@@ -185,3 +185,22 @@ class CuttingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class MotoS3(_Server):
+    """moto's S3-compatible server (``moto[server]`` from PyPI) on ``http://127.0.0.1:PORT``; objects are reached
+    path-style, ``URL/BUCKET/KEY``, and read anonymously."""
+
+    def __init__(self) -> None:
+        import sys
+
+        self.dir = Path(tempfile.mkdtemp(prefix="moto-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        with open(self.dir / "stderr.log", "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=err,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_port(self.port, self.proc, self.dir / "stderr.log", "moto_server", timeout=60)
