@@ -150,3 +150,27 @@ def test_broker_credentials_and_bad_input(tmp_path, agent_roots):
         timeout=60,
     )
     assert bad.returncode == 2 and "--pull needs --device-id" in bad.stderr
+
+
+def test_tls_broker_and_https_store_with_a_device_password(tiny_bundle, tmp_path, agent_roots):
+    from harness.servers import make_tls
+
+    from edgekit.errors import TransportError
+
+    tls = make_tls(tmp_path / "tls")
+    v1 = variant(tiny_bundle, tmp_path / "v1", pad_bytes=10_000, seed=1)
+    store = tmp_path / "store"
+    digest = publish(v1, store)["digest"]
+    with Nginx(store, tls=tls) as nginx, Mosquitto(users={"dev1": "pw1", "ops": "pw2"}, tls=tls) as mq:
+        assert mq.url.startswith("mqtts://") and nginx.url.startswith("https://")
+        with pytest.raises(TransportError, match="failed the TLS check"):  # its certificate: not trusted without the CA
+            Broker(mq.url, username="ops", password="pw2", timeout=5)
+        with Broker(mq.url, username="ops", password="pw2", ca=str(tls["ca"])) as broker:
+            broker.desire("tiny", digest, nginx.url, device="dev1")
+            pw = tmp_path / "pw"
+            pw.write_text("pw1")
+            root = agent_roots("device")
+            creds = ["--pull-username", "dev1", "--pull-password-file", str(pw), "--pull-ca", str(tls["ca"])]
+            start_agent(root, mq.url, "--device-id", "dev1", *creds)
+            state = wait_state(broker, "dev1", runs(version_of(v1)))
+            assert state["models"]["tiny"]["digest"] == digest

@@ -36,6 +36,53 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout:
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
 
 
+def make_tls(directory: Path) -> dict[str, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1 signed by it (openssl): ``{"ca", "cert", "key"}``."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=edgekit test CA",
+    )
+    openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    )
+    return {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key"}
+
+
 class _Server:
     proc: subprocess.Popen
     dir: Path
@@ -61,13 +108,16 @@ class Nginx(_Server):
     """``nginx`` serving ``root`` at ``http://127.0.0.1:PORT/`` (range requests on, as by default); the access log
     records each request's status and Range header (:meth:`requests`)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, tls: dict[str, Path] | None = None) -> None:
         if not os.path.exists(NGINX):
             raise RuntimeError("nginx is not installed: apt-get install nginx-light (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="nginx-"))
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.access_log = self.dir / "access.log"
+        listen = f"listen 127.0.0.1:{self.port}" + (
+            f" ssl; ssl_certificate {tls['cert']}; ssl_certificate_key {tls['key']}" if tls else ""
+        )
         user = "user root;" if os.geteuid() == 0 else ""
         d = self.dir
         (d / "nginx.conf").write_text(
@@ -85,7 +135,7 @@ http {{
     types {{ application/json json; }}
     default_type application/octet-stream;
     server {{
-        listen 127.0.0.1:{self.port};
+        {listen};
         root {Path(root).resolve()};
     }}
 }}
@@ -104,13 +154,15 @@ http {{
 class Mosquitto(_Server):
     """``mosquitto`` on ``mqtt://127.0.0.1:PORT`` (anonymous, or with ``users={name: password}`` only those)."""
 
-    def __init__(self, users: dict[str, str] | None = None) -> None:
+    def __init__(self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None) -> None:
         if not os.path.exists(MOSQUITTO):
             raise RuntimeError("mosquitto is not installed: apt-get install mosquitto (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="mosquitto-"))
         self.port = free_port()
-        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.url = f"{'mqtts' if tls else 'mqtt'}://127.0.0.1:{self.port}"
         lines = [f"listener {self.port} 127.0.0.1", "persistence false", f"log_dest file {self.dir}/mosquitto.log"]
+        if tls:
+            lines += [f"cafile {tls['ca']}", f"certfile {tls['cert']}", f"keyfile {tls['key']}"]
         lines.append("user root" if os.geteuid() == 0 else "")
         if users:
             pw = self.dir / "passwords"

@@ -34,6 +34,22 @@ from ..errors import EdgekitError, TransportError
 PAHO_MISSING = "the MQTT commands need paho-mqtt: pip install 'edgekit[fleet]'"
 
 
+def _check_tls(host: str, port: int, context: ssl.SSLContext, url: str, timeout: float) -> None:
+    """The broker's certificate, checked before the MQTT client connects (a refusal names its reason)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=host):
+                pass
+    except ssl.SSLError as e:
+        raise TransportError(
+            f"the MQTT broker {url} failed the TLS check ({e}): pass --ca with the CA that signed its certificate"
+        ) from None
+    except OSError as e:
+        raise TransportError(f"cannot reach the MQTT broker {url}: {e}") from None
+
+
 class Broker:
     """One connection to the fleet's MQTT broker (paho-mqtt, from ``edgekit[fleet]``)."""
 
@@ -67,7 +83,9 @@ class Broker:
         if username:
             self.client.username_pw_set(username, password)
         if tls or ca:
-            self.client.tls_set_context(ssl.create_default_context(cafile=ca))
+            context = ssl.create_default_context(cafile=ca)
+            _check_tls(self.host, self.port, context, url, timeout)
+            self.client.tls_set_context(context)
         self.client.on_connect = lambda c, u, f, rc, *p: self._connected.put(rc)
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.client.on_message = self._on_message
