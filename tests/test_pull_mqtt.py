@@ -174,3 +174,31 @@ def test_tls_broker_and_https_store_with_a_device_password(tiny_bundle, tmp_path
             start_agent(root, mq.url, "--device-id", "dev1", *creds)
             state = wait_state(broker, "dev1", runs(version_of(v1)))
             assert state["models"]["tiny"]["digest"] == digest
+
+
+@pytest.mark.slow
+def test_device_setup_pull_lets_an_empty_python_run_the_agent_in_pull_mode(tiny_bundle, tmp_path, agent_roots):
+    """`device setup --pull` puts paho-mqtt (from the host's wheel cache) beside the runtime in the device's site; the
+    agent in pull mode then runs on a Python that had neither."""
+    from harness.pythons import find_python, missing
+
+    base = find_python("3.12")
+    if base is None:
+        pytest.skip(missing("3.12"))
+    subprocess.run([base, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    root = agent_roots("bare", python=python)
+    device = ["--local", "--device-python", python, "--device-root", str(root)]
+    assert edgekit_main(["device", "setup", "--backend", "ort", "--pull", *device, "--json"]) == 0
+    record = json.loads((root / "site" / "edgekit-setup.json").read_text())
+    assert "paho-mqtt" in {p["name"] for p in record["packages"]}
+    v1 = variant(tiny_bundle, tmp_path / "v1", pad_bytes=1000, seed=1)
+    store = tmp_path / "store"
+    digest = publish(v1, store)["digest"]
+    with Nginx(store) as nginx, Mosquitto() as mq, Broker(mq.url) as broker:
+        broker.desire("tiny", digest, nginx.url, device="bare1")
+        pyz, _ = agent_package.build(Path(os.environ["EDGEKIT_CACHE_DIR"]) / "agent")
+        argv = [python, str(pyz), "start", "--root", str(root), "--pull", mq.url, "--device-id", "bare1"]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        wait_state(broker, "bare1", runs(version_of(v1)))
