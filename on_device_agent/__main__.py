@@ -196,6 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
             "encrypt": sealer.describe() if sealer else None,
+            "pull": pull_config.start_args(args) or None,
         }
 
         def on_term(signum: int, frame: Any) -> None:
@@ -260,10 +261,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "--session-ttl",
                 str(args.session_ttl),
             ] + (["--no-telemetry"] if args.no_telemetry else [])
-            extra += pull_config.start_args(args)
             key = sealer.source if sealer else None
             extra += ["--encrypt-key", key] if key else []
-            result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra, encrypt_key=key)
+            result = daemon.start(
+                args.root,
+                args.host,
+                args.port,
+                args.token_file,
+                extra=extra,
+                encrypt_key=key,
+                pull=pull_config.start_args(args),
+            )
         else:
             result = getattr(daemon, args.cmd)(args.root)
         print(json.dumps(result))

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def start_agent(root: Path, broker: str, *extra: str) -> dict:
+def start_agent(root: Path, broker: str | None, *extra: str) -> dict:
     pyz, _ = agent_package.build(Path(os.environ["EDGEKIT_CACHE_DIR"]) / "agent")
-    argv = [sys.executable, str(pyz), "start", "--root", str(root), "--pull", broker, *extra]
+    pull = ["--pull", broker] if broker else []
+    argv = [sys.executable, str(pyz), "start", "--root", str(root), *pull, *extra]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
@@ -140,9 +141,14 @@ def test_broker_credentials_and_bad_input(tmp_path, agent_roots):
             root = agent_roots("device")
             pw = tmp_path / "pw"
             pw.write_text("s3cret\n")
-            start_agent(root, mq.url, "--device-id", "dev1", "--pull-username", "dev1", "--pull-password-file", str(pw))
+            plain = start_agent(root, None)  # an agent running without --pull is started again with it
+            creds = ["--device-id", "dev1", "--pull-username", "dev1", "--pull-password-file", str(pw)]
+            pulling = start_agent(root, mq.url, *creds)
+            assert pulling["started"] and pulling["pid"] != plain["pid"] and "--pull" in pulling["pull"]
             state = wait_state(broker, "dev1", lambda st: "models" in st)
             assert state["models"] == {} and state["desired"] == {}
+            again = start_agent(root, None)  # started again without it (a push deploy does): it keeps pulling
+            assert not again["started"] and again["pid"] == pulling["pid"]
     bad = subprocess.run(
         [sys.executable, "-m", "edgekit_agent", "serve", "--root", str(tmp_path / "r"), "--pull", "mqtt://x"],
         capture_output=True,
