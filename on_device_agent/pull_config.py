@@ -112,8 +112,9 @@ def from_args(args: argparse.Namespace) -> Optional[PullConfig]:
     )
 
 
-def start_args(args: argparse.Namespace) -> List[str]:
-    """The pull flags ``start`` passes on to the ``serve`` it launches."""
+def start_args(args: argparse.Namespace, absolute: bool = True) -> List[str]:
+    """The pull flags ``start`` passes on to the ``serve`` it launches (``absolute``: file paths made absolute here;
+    the host passes them as given, paths on the device)."""
     if not args.pull:
         return []
     out = ["--pull", args.pull, "--device-id", args.device_id, "--fleet", args.fleet]
@@ -122,7 +123,8 @@ def start_args(args: argparse.Namespace) -> List[str]:
     for flag in ("pull_username", "pull_password_file", "pull_ca", "pull_cert", "pull_key"):
         value = getattr(args, flag)
         if value:
-            out += ["--" + flag.replace("_", "-"), os.path.abspath(value) if flag != "pull_username" else value]
+            path = absolute and flag != "pull_username"
+            out += ["--" + flag.replace("_", "-"), os.path.abspath(value) if path else value]
     return out
 
 

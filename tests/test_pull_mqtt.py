@@ -208,3 +208,18 @@ def test_device_setup_pull_lets_an_empty_python_run_the_agent_in_pull_mode(tiny_
         p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         wait_state(broker, "bare1", runs(version_of(v1)))
+
+
+def test_edgekit_agent_start_pull_starts_the_device_agent_pulling(agent_roots, capsys):
+    root = agent_roots("device")
+    with Mosquitto() as mq, Broker(mq.url, fleet="lab") as broker:
+        device = ["--local", "--device-root", str(root)]
+        pull = ["--pull", mq.url, "--device-id", "dev9", "--group", "g1", "--fleet", "lab"]
+        assert edgekit_main(["agent", "start", *device, *pull, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["pull"] == [*pull[:4], "--fleet", "lab", "--group", "g1"]
+        state = wait_state(broker, "dev9", lambda st: "models" in st)
+        assert state["groups"] == ["g1"] and state["fleet"] == "lab"
+        assert edgekit_main(["agent", "status", *device, "--pull", mq.url]) == 1
+        assert "given to `edgekit agent start`, not to status" in capsys.readouterr().err
+        assert edgekit_main(["agent", "start", *device, "--pull", mq.url]) == 1
+        assert "--pull needs --device-id" in capsys.readouterr().err
