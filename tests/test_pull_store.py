@@ -119,3 +119,34 @@ def test_fetch_refuses_a_wrong_digest_and_a_missing_blob(versions, tmp_path):
         with pytest.raises(FetchError, match="is model 'tiny', not 'other'"):
             Fetcher(device).install("other", nginx.url, d1)
         assert device.current_version("tiny") == v1
+
+
+def test_desired_payloads_and_names_are_checked():
+    from edgekit_agent.pull_config import parse_broker
+    from edgekit_agent.pull_layout import PayloadError, desired_payload, device_topic, parse_desired
+
+    good = {"tiny": {"digest": "sha256:" + "a" * 64, "store": "https://store.example/edge"}}
+    assert parse_desired(desired_payload(good)) == good
+    assert parse_desired(b"") == {}  # a cleared retained message desires nothing
+    assert parse_desired(json.dumps({"models": {"tiny": {"digest": "a" * 64, "store": "http://s"}}}).encode()) == {
+        "tiny": {"digest": "sha256:" + "a" * 64, "store": "http://s"}
+    }
+    for payload, message in [
+        (b"{", "not JSON"),
+        (b"[]", "must be an object"),
+        (json.dumps({"models": {"../x": good["tiny"]}}).encode(), "invalid model"),
+        (
+            json.dumps({"models": {"tiny": {"digest": "sha256:zz", "store": "http://s"}}}).encode(),
+            "invalid bundle digest",
+        ),
+        (json.dumps({"models": {"tiny": {"digest": "a" * 64, "store": "file:///etc"}}}).encode(), "not an http"),
+    ]:
+        with pytest.raises(PayloadError, match=message):
+            parse_desired(payload)
+    assert device_topic("lab", "cam-1", "state") == "edgekit/lab/devices/cam-1/state"
+    with pytest.raises(PayloadError, match="no '/', '\\+' or '#'"):
+        device_topic("lab", "cam/#", "state")
+    assert parse_broker("mqtt://b") == ("b", 1883, False) and parse_broker("mqtts://b:9000") == ("b", 9000, True)
+    for bad in ("http://b", "mqtt://user:pw@b"):
+        with pytest.raises(PayloadError):
+            parse_broker(bad)
