@@ -7,7 +7,7 @@ import signal
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import API_VERSION, __version__
+from . import API_VERSION, __version__, pull_config
 
 DEFAULT_ROOT = "~/.cache/edgekit/device"
 SITE = "site"  # ROOT/site: runtime packages `edgekit device setup` installed, imported before the Python's own
@@ -77,6 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         s.add_argument(
             "--header-timeout", type=float, default=10.0, help="seconds a request line and headers may take to arrive"
         )
+        pull_config.add_arguments(s)
     sv = sub.add_parser("supervise", help="run `serve ARGS...` and start it again if it crashes")
     sv.add_argument("serve_args", nargs=argparse.REMAINDER)
     for name in ("stop", "status"):
@@ -150,9 +151,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--batch-window-ms must be from 0 to 1000 and --max-batch from 1 to 256")
     if args.cmd in ("serve", "start") and not (args.max_sessions >= 1 and args.session_ttl > 0):
         p.error("--max-sessions must be at least 1 and --session-ttl more than 0 seconds")
-    sealer = None
+    sealer = pull = None
     if args.cmd in ("serve", "start"):
         sealer = _sealer(args)
+        try:
+            pull = pull_config.from_args(args)
+        except ValueError as e:
+            p.error(str(e))
     if args.cmd == "serve":
         from .daemon import write_state
         from .server import make_server
@@ -191,6 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "supervisor_pid": int(os.environ.get("EDGEKIT_SUPERVISOR_PID") or 0) or None,
             "restarts": int(os.environ.get("EDGEKIT_RESTARTS") or 0),
             "encrypt": sealer.describe() if sealer else None,
+            "pull": pull_config.start_args(args) or None,
         }
 
         def on_term(signum: int, frame: Any) -> None:
@@ -212,11 +218,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         restorer = threading.Thread(target=restore, name="restore-models")
         restorer.daemon = True
         restorer.start()
+        puller = None
+        if pull is not None:
+            from .pull_mqtt import PullAgent
+
+            puller = PullAgent(pull, server.service)
+            puller.start()
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
             pass
         finally:
+            if puller is not None:
+                puller.stop()
             server.server_close()
             server.service.close()
         return 0
@@ -249,7 +263,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             ] + (["--no-telemetry"] if args.no_telemetry else [])
             key = sealer.source if sealer else None
             extra += ["--encrypt-key", key] if key else []
-            result = daemon.start(args.root, args.host, args.port, args.token_file, extra=extra, encrypt_key=key)
+            result = daemon.start(
+                args.root,
+                args.host,
+                args.port,
+                args.token_file,
+                extra=extra,
+                encrypt_key=key,
+                pull=pull_config.start_args(args),
+            )
         else:
             result = getattr(daemon, args.cmd)(args.root)
         print(json.dumps(result))

@@ -234,14 +234,26 @@ def start(
     timeout: float = 30.0,
     extra: Sequence[str] = (),
     encrypt_key: Optional[str] = None,
+    pull: Sequence[str] = (),
 ) -> Dict[str, Any]:
+    """``pull``: the ``--pull ...`` flags; a running agent pulling otherwise is restarted with them, and one that
+    pulls keeps pulling when started again without them (for a new agent version, say)."""
     current = status(root)
+    pull = list(pull)
     if current.get("running"):
         same_code = current.get("zip_sha256") == own_zip_sha256() and current.get("version") == __version__
         same_key = (current.get("encrypt") or {}).get("key") == encrypt_key
-        if same_code and same_key and current.get("host") == host and (not port or current.get("port") == port):
+        same_pull = not pull or (current.get("pull") or []) == pull
+        if (
+            same_code
+            and same_key
+            and same_pull
+            and current.get("host") == host
+            and (not port or current.get("port") == port)
+        ):
             current["started"] = False
             return current
+        pull = pull or list(current.get("pull") or [])
         stop(root)
     else:
         lingering = read_state(root)
@@ -252,7 +264,7 @@ def start(
     serve = ["serve", "--root", root, "--host", host, "--port", str(port)]
     if token_file:
         serve += ["--token-file", token_file]
-    serve += list(extra)
+    serve += list(extra) + pull
     cmd = self_command() + ["supervise"] + serve
     log = log_path(root)
     if not os.path.isdir(os.path.dirname(log)):

@@ -66,6 +66,7 @@ class Device:
         # On the device: a key file (mode 600) or keyring:NAME; the agent encrypts model files at rest with it
         # and remembers it, so later starts without it keep encrypting.
         self.encrypt_key = encrypt_key
+        self.agent_args: list[str] = []  # more flags for the agent's `start` (`edgekit agent start --pull ...`)
         self.python = python
         self.root = root
         self.hooks: Hooks = {"step": list((hooks or {}).get("step", []))}
@@ -150,7 +151,8 @@ class Device:
                     "installing the agent",
                     f"{remote} has sha256 {r.stdout.strip() or '?'} after upload, expected {digest}",
                 )
-        r = self._agent("start", 90, *(["--encrypt-key", self.encrypt_key] if self.encrypt_key else []))
+        key = ["--encrypt-key", self.encrypt_key] if self.encrypt_key else []
+        r = self._agent("start", 90, *key, *self.agent_args)
         if not r.ok:
             self.fail("starting the agent", (r.stderr or r.stdout).strip()[-800:])
         self.state = json.loads(r.stdout.strip().splitlines()[-1])

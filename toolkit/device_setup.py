@@ -43,6 +43,7 @@ MODULES = {  # backend -> the module its runtime is imported as
     "mindspore-lite": "mindspore_lite",
 }
 MAX_DEPENDENCIES = 8
+PULL_PACKAGE, PULL_MODULE = "paho-mqtt", "paho.mqtt.client"  # the agent's MQTT client in pull mode
 NUMPY_ABI = ("NumPy 1.x", "_ARRAY_API", "numpy.core.multiarray")  # a module built against NumPy 1 under NumPy 2
 # argv: SITE|'' MODULE...; prints {module: version} or {module: {"error": ..., "missing": name}}
 CHECK = (
@@ -113,8 +114,11 @@ def setup(
     backend: str | None = None,
     version: str | None = None,
     log: Callable[[str], None] | None = None,
+    pull: bool = False,
 ) -> dict[str, Any]:
-    """Install on ``device``, offline, the runtime that ``bundle`` (or ``backend`` at ``version``) needs."""
+    """Install on ``device``, offline, the runtime that ``bundle`` (or ``backend`` at ``version``) needs; ``pull``:
+    paho-mqtt too, for the agent's pull mode (``--pull mqtt://...``, docs/FLEET.md). A site set up for pull
+    keeps paho-mqtt when it is set up again."""
     from .probe import device_probe
 
     say = log or (lambda m: None)
@@ -135,7 +139,10 @@ def setup(
     platform = {"machine": machine, "libc": libc.get("name"), "libc_version": libc.get("version"), "python": py}
     where = f"{device.transport.description} ({machine}, {libc.get('name')} {libc.get('version')}, Python {py})"
     result: dict[str, Any] = {"backend": backend, "package": package, "platform": platform, "site": site_dir(device)}
+    pull = pull or PULL_PACKAGE in _recorded_packages(device)
     present = runtime_present(device, backend, version)
+    if present and pull and not isinstance(device_imports(device, [PULL_MODULE]).get(PULL_MODULE), str):
+        present = None
     if present:
         say(f"{package} {present} already imports on the device: nothing to install")
         return {**result, "version": present, "installed": [], "seconds": round(time.perf_counter() - t0, 2)}
@@ -158,6 +165,9 @@ def setup(
     bare = device_imports(device, ["numpy"], site=None)
     if not isinstance(bare.get("numpy"), str):
         wheels["numpy"] = _numpy(target, requirements(wheels[normalise(package)]).get("numpy", "numpy"), cache, say)
+    if pull:
+        say(f"downloading {PULL_PACKAGE} for the agent's pull mode")
+        wheels[PULL_PACKAGE] = _download(target, PULL_PACKAGE, cache, where)
     partial = f"{device.root}/{SITE}.partial"
     try:
         got = _install_until_it_imports(device, target, cache, wheels, module, partial, where, say)
@@ -172,6 +182,10 @@ def setup(
     if not isinstance(have, str):
         device.fail(f"importing {module} after setup", str(have))
     say(f"{package} {have} imports on the device")
+    if pull:
+        mqtt = device_imports(device, [PULL_MODULE]).get(PULL_MODULE)
+        if not isinstance(mqtt, str):
+            device.fail(f"importing {PULL_MODULE} after setup", str(mqtt))
     result.update(version=have, installed=_record_packages(wheels))
     if stopped and manifest is None:
         say("starting the agent again")
@@ -194,6 +208,20 @@ def ensure_runtime(device: Device, manifest: dict[str, Any], log: Callable[[str]
     if runtime_present(device, manifest["backend"], version):
         return None
     return setup(device, backend=manifest["backend"], version=version, log=log)
+
+
+def _recorded_packages(device: Device) -> set[str]:
+    """The packages the set-up site's record lists (none when there is no site or no record)."""
+    read = (
+        "import json,sys\n"
+        "try: print(json.dumps([p['name'] for p in json.load(open(sys.argv[1]))['packages']]))\n"
+        "except Exception: print('[]')"
+    )
+    r = device.transport.run([device.python, "-c", read, f"{site_dir(device)}/{RECORD}"], timeout=60)
+    try:
+        return {normalise(n) for n in json.loads(r.stdout.strip().splitlines()[-1])}
+    except (IndexError, ValueError, TypeError):
+        return set()
 
 
 def _stop_agent(device: Device, say: Callable[[str], None]) -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from edgekit_agent import pull_config
+from edgekit_agent.pull_layout import PayloadError
+
 from ..errors import EdgekitError
 from . import render
 from .options import backend_agent_option, device_options, device_target, encrypt_key_option, open_device
@@ -16,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     device_options(s)
     backend_agent_option(s)
     encrypt_key_option(s)
+    pull_config.add_arguments(s)  # start: the agent learns what to run from an MQTT broker (docs/FLEET.md)
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run_agent)
 
@@ -38,11 +42,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_agent(args: argparse.Namespace) -> int:
     if args.encrypt_key and args.action != "start":
         raise EdgekitError("--encrypt-key is given to `edgekit agent start` (or deploy), not to " + args.action)
+    pull = _pull_args(args)
     with open_device(args, backend=args.backend) as dev:
+        dev.agent_args = pull
         action = {"start": dev.start_agent, "stop": dev.stop_agent, "status": dev.agent_status}[args.action]
         result = action()
     emit(args, result, render.agent_state)
     return 0
+
+
+def _pull_args(args: argparse.Namespace) -> list[str]:
+    """``agent start --pull ...``: the flags the device's agent starts with (paths are on the device)."""
+    flags = ("device_id", "group", "pull_username", "pull_password_file", "pull_ca", "pull_cert", "pull_key")
+    given = args.pull or any(getattr(args, f) for f in flags)
+    if given and args.action != "start":
+        raise EdgekitError("--pull and its options are given to `edgekit agent start`, not to " + args.action)
+    if not args.pull:
+        if given:
+            raise EdgekitError("--device-id, --group and the --pull-* options go with --pull mqtt://BROKER")
+        return []
+    if not args.device_id:
+        raise EdgekitError("--pull needs --device-id ID (the device's name in the fleet)")
+    try:
+        pull_config.parse_broker(args.pull)
+        pull_config.PullConfig(args.pull, args.device_id, args.group, args.fleet)
+    except PayloadError as e:
+        raise EdgekitError(str(e)) from None
+    return pull_config.start_args(args, absolute=False)
 
 
 def run_rollback(args: argparse.Namespace) -> int:

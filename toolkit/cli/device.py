@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("bundle", nargs="?", help="setup: the bundle whose runtime (backend and version) to install")
     s.add_argument("--backend", help="setup: the backend whose runtime to install (default: the bundle's)")
     s.add_argument("--version", help="setup: the runtime version (default: the one the bundle was checked with)")
+    s.add_argument(
+        "--pull", action="store_true", help="setup: also install paho-mqtt, for the agent's pull mode (docs/FLEET.md)"
+    )
     device_options(s)
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(func=run_device)
@@ -48,7 +51,9 @@ def setup_device(args: argparse.Namespace) -> dict[str, Any]:
         raise EdgekitError("device setup needs a bundle directory or --backend B (ort, openvino, mnn, ...)")
     prof = bundle_profile(manifest) if manifest else None
     with open_device(args, prof) as dev:
-        return setup(dev, bundle=args.bundle, backend=args.backend, version=args.version, log=logger(args))
+        return setup(
+            dev, bundle=args.bundle, backend=args.backend, version=args.version, log=logger(args), pull=args.pull
+        )
 
 
 def setup_text(r: dict[str, Any]) -> str:
@@ -70,8 +75,8 @@ def run_device(args: argparse.Namespace) -> int:
     if args.action == "setup":
         emit(args, setup_device(args), setup_text)
         return 0
-    if args.bundle or args.backend or args.version:
-        raise EdgekitError("device probe takes no bundle, --backend or --version (those are for device setup)")
+    if args.bundle or args.backend or args.version or args.pull:
+        raise EdgekitError("device probe takes no bundle, --backend, --version or --pull (those are for device setup)")
     from ..probe_text import probe_text
 
     emit(args, probe_device(args), probe_text)
