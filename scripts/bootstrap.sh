@@ -8,7 +8,8 @@ PY=${PYTHON:-python3}
 if [[ "${1:-}" == "--test" ]]; then
     # The tests start their own sshd on loopback (and one per emulated device in network namespaces),
     # drive the real adb client against a device-side test daemon, run the agent on an arm64 Debian
-    # userland under qemu, render the field report in headless Chromium, and build each client SDK.
+    # userland under qemu, render the field report in headless Chromium, build each client SDK, and start a
+    # throwaway PostgreSQL server for the fleet's field store.
     missing=()
     [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
     command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
@@ -23,6 +24,7 @@ if [[ "${1:-}" == "--test" ]]; then
     command -v javac >/dev/null || missing+=(default-jdk-headless)
     command -v node >/dev/null || missing+=(nodejs)
     command -v npm >/dev/null || missing+=(npm)
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql-15)
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "installing ${missing[*]} for the test suite" >&2
         SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"
