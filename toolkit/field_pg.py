@@ -3,9 +3,12 @@
 Records are range-partitioned by time (one partition per UTC day, created when a batch first needs it) and keyed by
 (store_id, id, ts), so a re-sent batch adds nothing. A batch is copied into a temporary table and inserted with
 ``ON CONFLICT DO NOTHING``; the rows that were really inserted update, in the same statement, the rollups the report
-reads: per (device, model, version) and hour, request counts and sums, and a histogram of latencies in fixed
-log-spaced buckets (``BUCKET_RATIO`` wide, so a percentile read from it is within ``RESOLUTION`` of the exact one),
-per hour (for ``since`` and timelines) and over all time (``field_dist``, for a report without ``since``).
+reads: per (device, model, version) and hour, request counts and sums (``field_hours``) and a coarse latency
+histogram for the timelines (``field_hour_hist``, buckets ``COARSE_RATIO`` wide); over all time, a histogram of
+latencies in fixed log-spaced buckets ``BUCKET_RATIO`` wide (``field_dist``: a percentile read from it is within
+``RESOLUTION`` of the exact one) and of queueing times in ``COARSE_RATIO`` buckets (``field_queue_dist``). At fleet
+density (a few records per device and hour) an hourly histogram as fine as that would hold as many rows as there are
+records, so a report with ``since`` reads the records in the partitions after the cutoff instead.
 The batch, its rollups and the cursor past it are one transaction, as in the SQLite store.
 """
 
@@ -21,6 +24,8 @@ from .errors import EdgekitError
 
 BUCKET_RATIO = 1.02  # each latency bucket is 2 % wide: its geometric midpoint is within 1 % of any value in it
 RESOLUTION = math.sqrt(BUCKET_RATIO) - 1.0
+COARSE_RATIO = 1.25  # the hourly histograms timelines are drawn from: within 12 %
+COARSE_RESOLUTION = math.sqrt(COARSE_RATIO) - 1.0
 BUCKET_FLOOR_MS = 0.001  # latencies at or below 1 µs land in bucket 0
 PARTITION_S = 86400
 
@@ -46,23 +51,30 @@ CREATE TABLE IF NOT EXISTS field_labels(gid INT, backend TEXT, accelerator TEXT,
 CREATE TABLE IF NOT EXISTS field_hours(gid INT, hour INT, requests BIGINT, ok BIGINT, first_ts DOUBLE PRECISION,
     last_ts DOUBLE PRECISION, ok_first_ts DOUBLE PRECISION, ok_last_ts DOUBLE PRECISION, infer_sum DOUBLE PRECISION,
     infer_n BIGINT, queue_sum DOUBLE PRECISION, queue_n BIGINT, PRIMARY KEY(gid, hour));
-CREATE TABLE IF NOT EXISTS field_dist(gid INT, bucket SMALLINT, n_infer INT, n_queue INT, PRIMARY KEY(gid, bucket));
-CREATE TABLE IF NOT EXISTS field_hist(gid INT, hour INT, bucket SMALLINT, n_infer INT, n_queue INT, PRIMARY KEY(gid,
-    hour, bucket));
+CREATE TABLE IF NOT EXISTS field_dist(gid INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, bucket));
+CREATE TABLE IF NOT EXISTS field_queue_dist(gid INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, bucket));
+CREATE TABLE IF NOT EXISTS field_hour_hist(gid INT, hour INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, hour,
+    bucket));
 """
-BUCKET_SQL = (  # the latency bucket of column {0}
-    f"LEAST(GREATEST(floor(ln(GREATEST({{0}}, {BUCKET_FLOOR_MS}) / {BUCKET_FLOOR_MS}) / ln({BUCKET_RATIO})), 0), "
-    "32767)::smallint"
-)
+
+
+def _bucket_sql(ratio: float) -> str:
+    """SQL for the latency bucket (``ratio`` wide) of the column named ``{0}``."""
+    return (
+        f"LEAST(GREATEST(floor(ln(GREATEST({{0}}, {BUCKET_FLOOR_MS}) / {BUCKET_FLOOR_MS}) / ln({ratio})), 0), "
+        "32767)::smallint"
+    )
+
+
+BUCKET_SQL = _bucket_sql(BUCKET_RATIO)
+COARSE_SQL = _bucket_sql(COARSE_RATIO)
 COLUMNS = (
     "store_id, id, ts, model, version, backend, accelerator, shape, queue_ms, infer_ms, pre_ms, post_ms, outcome, error"
 )
-# Everything a batch staged in _batch adds: groups, then the records (new ones only) and their rollups.
-INGEST_SQL = f"""
-WITH ins AS (
-    INSERT INTO field_records SELECT {COLUMNS} FROM _batch ON CONFLICT DO NOTHING
-    RETURNING store_id, model, version, ts, backend, accelerator, outcome, infer_ms, queue_ms
-), j AS MATERIALIZED (
+ROLLED = "store_id, model, version, ts, backend, accelerator, outcome, infer_ms, queue_ms"
+# The rollups of the records ``ins`` yields (RECORDS is replaced by a statement that yields ROLLED).
+ROLLUP_SQL = f"""
+WITH ins AS (RECORDS), j AS MATERIALIZED (
     SELECT g.gid, floor(i.ts / 3600)::int AS hour, i.ts, i.backend, i.accelerator, i.outcome = 'ok' AS ok,
         i.infer_ms, i.queue_ms FROM ins i JOIN field_groups g ON g.store_id = i.store_id
         AND g.model IS NOT DISTINCT FROM i.model AND g.version IS NOT DISTINCT FROM i.version
@@ -79,29 +91,32 @@ WITH ins AS (
         infer_n = r.infer_n + excluded.infer_n, queue_sum = r.queue_sum + excluded.queue_sum,
         queue_n = r.queue_n + excluded.queue_n
     RETURNING 1
-), b AS MATERIALIZED (
-    SELECT gid, hour, bucket, sum(ni)::int AS ni, sum(nq)::int AS nq FROM (
-        SELECT gid, hour, {BUCKET_SQL.format("infer_ms")} AS bucket, 1 AS ni, 0 AS nq FROM j
-            WHERE ok AND infer_ms IS NOT NULL
-        UNION ALL SELECT gid, hour, {BUCKET_SQL.format("queue_ms")}, 0, 1 FROM j WHERE ok AND queue_ms IS NOT NULL
-    ) u GROUP BY gid, hour, bucket
-), hist AS (
-    INSERT INTO field_hist AS r SELECT gid, hour, bucket, ni, nq FROM b
-    ON CONFLICT (gid, hour, bucket) DO UPDATE SET n_infer = r.n_infer + excluded.n_infer,
-        n_queue = r.n_queue + excluded.n_queue
-    RETURNING 1
 ), dist AS (
-    INSERT INTO field_dist AS r SELECT gid, bucket, sum(ni)::int, sum(nq)::int FROM b GROUP BY gid, bucket
-    ON CONFLICT (gid, bucket) DO UPDATE SET n_infer = r.n_infer + excluded.n_infer,
-        n_queue = r.n_queue + excluded.n_queue
+    INSERT INTO field_dist AS r SELECT gid, {BUCKET_SQL.format("infer_ms")}, count(*)::int FROM j
+        WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2
+    ON CONFLICT (gid, bucket) DO UPDATE SET n = r.n + excluded.n
+    RETURNING 1
+), qdist AS (
+    INSERT INTO field_queue_dist AS r SELECT gid, {COARSE_SQL.format("queue_ms")}, count(*)::int FROM j
+        WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2
+    ON CONFLICT (gid, bucket) DO UPDATE SET n = r.n + excluded.n
+    RETURNING 1
+), hist AS (
+    INSERT INTO field_hour_hist AS r SELECT gid, hour, {COARSE_SQL.format("infer_ms")}, count(*)::int FROM j
+        WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2, 3
+    ON CONFLICT (gid, hour, bucket) DO UPDATE SET n = r.n + excluded.n
     RETURNING 1
 ), labels AS (
     INSERT INTO field_labels SELECT DISTINCT gid, COALESCE(backend, ''), COALESCE(accelerator, '') FROM j
     ON CONFLICT DO NOTHING RETURNING 1
 )
 SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM hours), (SELECT count(*) FROM hist),
-    (SELECT count(*) FROM dist), (SELECT count(*) FROM labels)
+    (SELECT count(*) FROM dist), (SELECT count(*) FROM qdist), (SELECT count(*) FROM labels)
 """
+# Everything a batch staged in _batch adds: the records (new ones only) and their rollups.
+INGEST_SQL = ROLLUP_SQL.replace(
+    "RECORDS", f"INSERT INTO field_records SELECT {COLUMNS} FROM _batch ON CONFLICT DO NOTHING RETURNING {ROLLED}"
+)
 
 
 def is_url(spec: object) -> bool:
@@ -224,6 +239,18 @@ class PgFieldStore:
             added = db.execute(INGEST_SQL).fetchone()[0]
             db.execute("TRUNCATE _batch")
         return int(added)
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the records (after records were loaded around the ingest path, e.g. by a
+        bulk COPY into field_records). Returns the records rolled up."""
+        db = self.db
+        with db.transaction():
+            db.execute("TRUNCATE field_hours, field_dist, field_queue_dist, field_hour_hist, field_labels")
+            db.execute(
+                "INSERT INTO field_groups(store_id, model, version) SELECT DISTINCT store_id, model, version "
+                "FROM field_records ON CONFLICT DO NOTHING"
+            )
+            return int(db.execute(ROLLUP_SQL.replace("RECORDS", f"SELECT {ROLLED} FROM field_records")).fetchone()[0])
 
     def store_batch(
         self,
