@@ -190,3 +190,16 @@ def test_bad_url_unreachable_server_and_missing_store(pg, pg_url, monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(EdgekitError, match=r"edgekit\[postgres\]"):
         open_store(pg_url)
+
+
+def test_a_postgresql_url_in_the_config_or_environment_is_kept_as_written(tmp_path):
+    from edgekit.config import load_config
+
+    url = "postgresql://edgekit@db.example:5432/field?sslmode=require"
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[paths]\nfield_store = "{url}"\n')
+    env = {"EDGEKIT_CONFIG": str(conf), "HOME": str(tmp_path)}
+    assert load_config(env).field_store == url
+    load_config(env).export(env)
+    assert env["EDGEKIT_FIELD_STORE"] == url
+    assert load_config({"EDGEKIT_FIELD_STORE": url, "HOME": str(tmp_path)}).field_store == url
