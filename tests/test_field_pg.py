@@ -187,6 +187,9 @@ def test_bad_url_unreachable_server_and_missing_store(pg, pg_url, monkeypatch):
     assert "cannot connect to the field store" in p.stderr
     p = run_cli("field", "report", "--store", pg_url, check=1)
     assert "no field store in" in p.stderr
+    with open_store(pg_url) as empty:  # a new store reports nothing, in the same shape
+        r = report(empty)
+        assert (r["entries"], r["timelines"], r["records"], r["events"]) == ([], [], 0, [])
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(EdgekitError, match=r"edgekit\[postgres\]"):
         open_store(pg_url)
