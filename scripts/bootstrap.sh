@@ -8,8 +8,9 @@ PY=${PYTHON:-python3}
 if [[ "${1:-}" == "--test" ]]; then
     # The tests start their own sshd on loopback (and one per emulated device in network namespaces),
     # drive the real adb client against a device-side test daemon, run the agent on an arm64 Debian
-    # userland under qemu, render the field report in headless Chromium, build each client SDK, and serve pulled
-    # bundles from nginx with desired state from Mosquitto (each test starts its own on a loopback port).
+    # userland under qemu, render the field report in headless Chromium, build each client SDK, serve pulled
+    # bundles from nginx with desired state from Mosquitto (each test starts its own on a loopback port), and start
+    # a throwaway PostgreSQL server for the fleet's field store.
     missing=()
     [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)
     command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
@@ -27,6 +28,7 @@ if [[ "${1:-}" == "--test" ]]; then
     # pull delivery: a static store (nginx) and an MQTT broker (Mosquitto), each started by its test on loopback
     [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
     [[ -x /usr/sbin/mosquitto ]] || missing+=(mosquitto)
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql-15)
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "installing ${missing[*]} for the test suite" >&2
         SUDO=""; [[ "$(id -u)" == 0 ]] || SUDO="sudo"

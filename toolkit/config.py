@@ -76,7 +76,7 @@ class Config:
     devices: dict[str, str] = field(default_factory=dict)  # name -> device URL
     cache_dir: Path | None = None
     toolenv_dir: Path | None = None
-    field_store: Path | None = None
+    field_store: Path | str | None = None  # a SQLite path, or a postgresql:// URL kept as written
     profile_path: tuple[Path, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)  # field -> where its value came from (file or variable)
 
@@ -168,7 +168,8 @@ def parse(data: dict[str, Any], path: Path) -> Config:
     paths = data.get("paths", {})
     for key, attr in (("cache", "cache_dir"), ("toolenvs", "toolenv_dir"), ("field_store", "field_store")):
         if key in paths:
-            kw[attr] = _path(path, f"[paths] {key}", paths[key])
+            url = key == "field_store" and str(paths[key]).startswith(("postgresql://", "postgres://"))
+            kw[attr] = paths[key] if url else _path(path, f"[paths] {key}", paths[key])
             kw["sources"][attr] = str(path)
     if "profiles" in paths:
         dirs = paths["profiles"]
@@ -210,7 +211,8 @@ def load_config(environ: MutableMapping[str, str] | None = None) -> Config:
         ("EDGEKIT_FIELD_STORE", "field_store"),
     ):
         if env.get(var):
-            over[attr] = Path(env[var]).expanduser()
+            url = env[var].startswith(("postgresql://", "postgres://"))
+            over[attr] = env[var] if url else Path(env[var]).expanduser()
             sources[attr] = var
     if env.get("EDGEKIT_PROFILE_PATH"):
         over["profile_path"] = tuple(Path(p).expanduser() for p in env["EDGEKIT_PROFILE_PATH"].split(os.pathsep) if p)

@@ -178,9 +178,9 @@ def _record_lab(device: Device, report: Report) -> None:
     store_id = (device.state or {}).get("health", {}).get("telemetry", {}).get("store_id")
     if not store_id:
         return
-    from .field import FieldStore
+    from .field import open_store
 
-    with FieldStore() as store:
+    with open_store() as store:
         store.record_lab(store_id, report)
 
 

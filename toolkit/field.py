@@ -19,6 +19,8 @@ import numpy as np
 
 from .cache import cache_root
 from .errors import EdgekitError
+from .field_pg import PgFieldStore, is_url
+from .field_summary import MIN_SAMPLES, REGRESSION, shares_and_regressions  # noqa: F401
 from .field_text import report_text  # noqa: F401  (the report as text, for the CLI)
 
 if TYPE_CHECKING:
@@ -40,8 +42,6 @@ CREATE TABLE IF NOT EXISTS context(store_id TEXT, ts REAL, load1 REAL, mem_avail
 CREATE TABLE IF NOT EXISTS lab(store_id TEXT, model TEXT, version TEXT, ts REAL, p50_ms REAL, p99_ms REAL,
     report TEXT, PRIMARY KEY(store_id, model, version, ts));
 """
-REGRESSION = 0.10  # a new version whose field p50 is more than 10 % above the previous one is flagged
-MIN_SAMPLES = 20
 
 
 class FieldStore:
@@ -153,9 +153,18 @@ class FieldStore:
         )
 
 
+def open_store(spec: str | Path | None = None, create: bool = True) -> FieldStore | PgFieldStore:
+    """The field store ``spec`` names: a ``postgresql://`` URL (the fleet's shared store) or a SQLite path;
+    ``None``: ``EDGEKIT_FIELD_STORE``, else ``~/.cache/edgekit/field.db``."""
+    spec = spec or os.environ.get("EDGEKIT_FIELD_STORE") or None
+    if is_url(spec):
+        return PgFieldStore(str(spec), create=create)
+    return FieldStore(spec, create=create)
+
+
 def pull(
     device: Device,
-    store: FieldStore,
+    store: FieldStore | PgFieldStore,
     name: str | None = None,
     batch_size: int = 5000,
     on_batch: Callable[[str, int], None] | None = None,
@@ -258,10 +267,18 @@ def _histogram(ms: np.ndarray, bins: int = 40) -> dict[str, list[Any]]:
 
 
 def report(
-    store: FieldStore, model: str | None = None, since: str | float | None = None, now: float | None = None
+    store: FieldStore | PgFieldStore,
+    model: str | None = None,
+    since: str | float | None = None,
+    now: float | None = None,
 ) -> dict[str, Any]:
-    """Per device, model version and backend: field latency, throughput, errors, lab beside field, regressions."""
+    """Per device, model version and backend: field latency, throughput, errors, lab beside field, regressions.
+    On PostgreSQL it is read from the store's rollups (see ``field_pg_report``)."""
     now = now or time.time()
+    if isinstance(store, PgFieldStore):
+        from .field_pg_report import report_pg
+
+        return report_pg(store, model, since, now)
     where: list[str] = []
     args: list[Any] = []
     if model:
@@ -325,11 +342,6 @@ def report(
             "histogram": _histogram(ok_ms),
         }
         entries.append(entry)
-    totals: dict[tuple[str, str], int] = {}
-    for e in entries:
-        totals[(e["store_id"], e["model"])] = totals.get((e["store_id"], e["model"]), 0) + e["requests"]
-    for e in entries:  # a version's share of its model's requests (a traffic split's observed percentages)
-        e["share"] = e["requests"] / totals[(e["store_id"], e["model"])]
     all_events = [
         dict(zip(("store_id", "ts", "kind", "model", "version", "detail"), e[:5] + (_detail(e[5]),)))
         for e in store.db.execute(
@@ -339,33 +351,7 @@ def report(
         if not model or e[3] == model
     ]
     events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
-    regressions = []
-    by_device_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for e in entries:
-        by_device_model.setdefault((e["store_id"], e["model"]), []).append(e)
-    for (sid, mdl), versions in by_device_model.items():
-        installed = {
-            ev["version"]: ev["ts"]
-            for ev in all_events
-            if ev["store_id"] == sid and ev["model"] == mdl and ev["kind"] in ("install", "rollback")
-        }
-        # Only versions with enough successful requests are compared (failed lookups have no version).
-        versions = [v for v in versions if v["version"] and v["ok"] >= MIN_SAMPLES]
-        versions.sort(key=lambda v: installed.get(v["version"], v["first_ts"]))
-        for before, after in zip(versions, versions[1:]):
-            change = after["latency_ms"]["p50"] / before["latency_ms"]["p50"] - 1.0
-            if change > REGRESSION:
-                regressions.append(
-                    {
-                        "device": after["device"],
-                        "model": mdl,
-                        "from": before["version"],
-                        "to": after["version"],
-                        "p50_before_ms": before["latency_ms"]["p50"],
-                        "p50_after_ms": after["latency_ms"]["p50"],
-                        "change": change,
-                    }
-                )
+    regressions = shares_and_regressions(entries, all_events)
     ctx = {}
     for sid, load1, mem, temp in store.db.execute(
         "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM context GROUP BY store_id"

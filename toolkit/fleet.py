@@ -211,9 +211,9 @@ def run_fleet(
     # Shared host-side state is prepared once, before the threads race for it.
     agent_package.build(cache_root() / "agent")
     try:  # each device records its lab benchmark in the field store: create it before they race to
-        from .field import FieldStore
+        from .field import open_store
 
-        FieldStore().close()
+        open_store().close()
     except EdgekitError:
         pass
 

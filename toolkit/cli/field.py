@@ -21,14 +21,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     fr.add_argument("--since", help="only records newer than this, e.g. 7d, 12h, 30m")
     fr.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     for fx in (fp, fr):
-        fx.add_argument("--store", help="host-side store (default ~/.cache/edgekit/field.db)")
+        fx.add_argument(
+            "--store",
+            help="host-side store: a SQLite file (default ~/.cache/edgekit/field.db) or a postgresql:// URL "
+            "(the fleet's shared store; needs edgekit[postgres])",
+        )
         output_options(fx, verbose=False)
     fp.set_defaults(func=run_pull)
     fr.set_defaults(func=run_report)
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    from ..field import FieldStore, pull
+    from ..field import open_store, pull
 
     def progress(kind: str, value: int) -> None:
         if kind == "gap":
@@ -36,7 +40,7 @@ def run_pull(args: argparse.Namespace) -> int:
         elif not args.json and not args.quiet:
             err(f"  pulled {value} new records")
 
-    with FieldStore(args.store) as store:
+    with open_store(args.store) as store:
         if store.created and not args.quiet:
             err(f"new field store {store.path}")
         with open_device(args, backend=args.backend) as dev:
@@ -47,9 +51,9 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from ..field import FieldStore, report, report_text
+    from ..field import open_store, report, report_text
 
-    with FieldStore(args.store, create=args.store is None) as store:
+    with open_store(args.store, create=args.store is None) as store:
         r = report(store, model=args.model, since=args.since)
     if args.html:
         from ..field_html import render as html

@@ -1,0 +1,99 @@
+"""Percentiles, histograms and timelines from latency-bucket rollups, vectorized: the rollup rows come out of
+PostgreSQL packed in one binary value straight into numpy (a few million small rows, never the records)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .field_pg import BUCKET_FLOOR_MS
+
+SHIFT = 1 << 16  # bucket numbers are below this (smallint)
+
+
+def fetch_ints(db: Any, query: str, ncols: int) -> np.ndarray:
+    """Rows of ``query`` (``ncols`` integer columns, no NULLs) as an (n, ncols) int64 array: the server packs them
+    into one bytea of big-endian int4s (one value per row through the driver would cost seconds per million)."""
+    cols = [f"c{i}" for i in range(ncols)]
+    packed = " || ".join(f"int4send({c}::int4)" for c in cols)
+    sql = f"SELECT string_agg({packed}, ''::bytea) FROM ({query}) q({', '.join(cols)})"
+    with db.cursor(binary=True) as cur:
+        data = cur.execute(sql).fetchone()[0]
+    return np.frombuffer(data or b"", dtype=">i4").astype(np.int64).reshape(-1, ncols)
+
+
+def mid(bucket: np.ndarray, ratio: float) -> np.ndarray:
+    return BUCKET_FLOOR_MS * ratio ** (bucket + 0.5)
+
+
+def combine(seg: np.ndarray, bucket: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counts summed per (segment, bucket), sorted by segment then bucket; empty ones dropped."""
+    keep = n > 0
+    code = seg[keep] * SHIFT + bucket[keep]
+    uniq, inverse = np.unique(code, return_inverse=True)
+    counts = np.bincount(inverse, weights=n[keep]).astype(np.int64)
+    return uniq // SHIFT, uniq % SHIFT, counts
+
+
+def quantiles(
+    seg: np.ndarray, bucket: np.ndarray, counts: np.ndarray, qs: list[float], ratio: float, interpolate: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Per segment (input from ``combine``): segment ids, first row, total, and one array of values per quantile:
+    the value at rank floor(q (n - 1)) (with ``interpolate``, linearly towards the next rank, as numpy's
+    default), each rank's value its bucket's geometric middle."""
+    if len(seg) == 0:
+        empty = np.zeros(0)
+        return seg, seg, seg, [empty for _ in qs]
+    useg, start = np.unique(seg, return_index=True)
+    cum = np.cumsum(counts)
+    before = np.concatenate(([0], cum[:-1]))[start]
+    total = np.add.reduceat(counts, start)
+    out = []
+    for q in qs:
+        rank = q * (total - 1)
+        k = np.floor(rank).astype(np.int64)
+        lo = mid(bucket[np.searchsorted(cum, before + k, side="right")], ratio)
+        if interpolate:
+            hi = mid(bucket[np.searchsorted(cum, before + np.minimum(k + 1, total - 1), side="right")], ratio)
+            lo = lo + (rank - k) * (hi - lo)
+        out.append(lo)
+    return useg, start, total, out
+
+
+def histogram(bucket: np.ndarray, counts: np.ndarray, ratio: float, bins: int) -> dict[str, list[Any]]:
+    """At most ``bins`` log-spaced bins from the first to the last non-empty bucket (``bucket`` ascending)."""
+    if len(bucket) == 0:
+        return {"edges": [], "counts": []}
+    first, last = int(bucket[0]), int(bucket[-1])
+    step = max(1, -(-(last - first + 1) // bins))
+    nbins = -(-(last - first + 1) // step)
+    out = np.bincount((bucket - first) // step, weights=counts, minlength=nbins).astype(np.int64)
+    edges = BUCKET_FLOOR_MS * ratio ** (first + step * np.arange(nbins + 1))
+    return {"edges": edges.tolist(), "counts": out.tolist()}
+
+
+def timelines(
+    key: np.ndarray, hour: np.ndarray, bucket: np.ndarray, n: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+    points: int, ratio: float,
+) -> dict[int, list[dict[str, float]]]:  # fmt: skip
+    """Per key (row ids into ``lo``/``hi``, each key's first and last successful request): at most ``points``
+    points of whole hours each, at the middle of the time they cover, p50/p99 from the hourly buckets."""
+    if len(key) == 0:
+        return {}
+    nkeys = len(lo)
+    h0 = np.full(nkeys, np.iinfo(np.int64).max)
+    h1 = np.full(nkeys, np.iinfo(np.int64).min)
+    np.minimum.at(h0, key, hour)
+    np.maximum.at(h1, key, hour)
+    width = np.maximum(1, -(-(h1 - h0 + 1) // points))
+    slot = (hour - h0[key]) // width[key]
+    seg, b, c = combine(key * (points + 1) + slot, bucket, n)
+    useg, _, total, (p50, p99) = quantiles(seg, b, c, [0.5, 0.99], ratio, interpolate=False)
+    k, s = useg // (points + 1), useg % (points + 1)
+    start = np.maximum(lo[k], (h0[k] + s * width[k]) * 3600.0)
+    end = np.minimum(hi[k], (h0[k] + (s + 1) * width[k]) * 3600.0)
+    out: dict[int, list[dict[str, float]]] = {}
+    for kk, t, a, z, cnt in zip(k.tolist(), ((start + end) / 2).tolist(), p50.tolist(), p99.tolist(), total.tolist()):
+        out.setdefault(kk, []).append({"t": t, "p50": a, "p99": z, "count": cnt})
+    return out

@@ -1,0 +1,218 @@
+"""The field report over a PostgreSQL store, computed in SQL from the rollups written at ingest.
+
+Same dict as ``field.report`` over SQLite, with this resolution (``resolution`` in the result says it):
+
+- percentiles and histograms come from latency buckets ``BUCKET_RATIO`` wide: a percentile is the geometric middle
+  of the bucket holding the rank numpy's linear interpolation would use (interpolated between the two ranks), within
+  ``RESOLUTION`` (1 %) of the exact value (queueing times: ``COARSE_RATIO`` buckets, within 12 %); times at or
+  below 1 µs count as 1 µs. Means, counts, first/last times
+  and throughput are exact.
+- without ``since`` the entries come from the rollups; with it, from the records after the cutoff (exact in time).
+- timelines have at most 60 points per version (and per model) of whole hours each (with ``since``, from the hour
+  the cutoff falls into), located at the middle of the time they cover, their p50/p99 from hourly histograms
+  ``COARSE_RATIO`` wide (within ``COARSE_RESOLUTION``, 12 %).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+from psycopg import sql as psycopg_sql
+
+from . import field_pg_quantiles as Q
+from .field_pg import (
+    BUCKET_RATIO,
+    BUCKET_SQL,
+    COARSE_RATIO,
+    COARSE_RESOLUTION,
+    COARSE_SQL,
+    RESOLUTION,
+    PgFieldStore,
+)
+from .field_summary import shares_and_regressions
+
+POINTS = 60
+HIST_BINS = 40
+
+
+def report_pg(
+    store: PgFieldStore, model: str | None = None, since: str | float | None = None, now: float | None = None
+) -> dict[str, Any]:
+    from .field import _detail, parse_since
+
+    now = now or time.time()
+    db = store.db
+    since_s = parse_since(since) if isinstance(since, str) else since
+    params: dict[str, Any] = {"model": model}
+    # inlined, so that queries can be wrapped in others (fetch_ints); the queries below run without parameters
+    gcond = "g.model = " + psycopg_sql.Literal(model).as_string(db) if model else "TRUE"
+    hcond = f"AND h.hour >= {int((now - since_s) // 3600)}" if since_s else ""
+    devices = {
+        r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
+        for r in db.execute("SELECT store_id, name, hostname, machine, transport FROM field_devices")
+    }
+    if since_s:  # the records after the cutoff, from the partitions that hold them
+        cutoff = repr(float(now - since_s))
+        src = (
+            "(SELECT g.gid, g.store_id, g.model, g.version, r.ts, r.outcome = 'ok' AS ok, r.infer_ms, r.queue_ms "
+            "FROM field_records r JOIN field_groups g ON g.store_id = r.store_id AND g.model IS NOT DISTINCT FROM "
+            f"r.model AND g.version IS NOT DISTINCT FROM r.version WHERE r.ts >= {cutoff} AND {gcond})"
+        )
+        stats = (
+            "count(*), count(*) FILTER (WHERE ok), min(ts), max(ts), COALESCE(sum(infer_ms) FILTER (WHERE ok), 0), "
+            "count(infer_ms) FILTER (WHERE ok), COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), "
+            "count(queue_ms) FILTER (WHERE ok)"
+        )
+        infer_sql = f"SELECT gid, {BUCKET_SQL.format('infer_ms')} AS b, count(*) FROM {src} s "
+        infer_sql += "WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2"
+        queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
+        queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
+    else:
+        src = "(SELECT * FROM field_hours h JOIN field_groups g USING (gid) WHERE " + gcond + ")"
+        stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
+        stats += "sum(queue_n)"
+        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
+        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
+    groups = db.execute(
+        f"SELECT gid, store_id, model, version, {stats} FROM {src} s GROUP BY gid, store_id, model, version "
+        "ORDER BY store_id, model NULLS FIRST, version NULLS FIRST"
+    ).fetchall()
+    labels = {
+        r[0]: (sorted(x for x in r[1] if x), sorted(x for x in r[2] if x))
+        for r in db.execute(
+            "SELECT gid, array_agg(DISTINCT backend), array_agg(DISTINCT accelerator) FROM field_labels GROUP BY gid"
+        )
+    }
+    labs = {
+        tuple(r[:3]): r[3:]
+        for r in db.execute(
+            "SELECT DISTINCT ON (store_id, model, version) store_id, model, version, p50_ms, p99_ms, ts, report "
+            "FROM field_lab ORDER BY store_id, model, version, ts DESC"
+        )
+    }
+    index = {g[0]: i for i, g in enumerate(groups)}
+    lookup = np.full(max(index, default=0) + 1, -1, dtype=np.int64)
+    lookup[list(index)] = list(index.values())
+    dists: list[dict[str, Any]] = [{} for _ in groups]
+    for query, part, ratio in ((infer_sql, "latency_ms", BUCKET_RATIO), (queue_sql, "queue_ms", COARSE_RATIO)):
+        rows = Q.fetch_ints(db, query, 3)
+        rows = rows[rows[:, 0] < len(lookup)]
+        seg = lookup[rows[:, 0]]
+        rows, seg = rows[seg >= 0], seg[seg >= 0]
+        sg, b, c = Q.combine(seg, rows[:, 1], rows[:, 2])
+        useg, start, total, (p50, p90, p99) = Q.quantiles(sg, b, c, [0.5, 0.9, 0.99], ratio, interpolate=True)
+        ends = np.append(start[1:], len(sg))
+        for i, first, end, a, m, z in zip(useg.tolist(), start, ends, p50.tolist(), p90.tolist(), p99.tolist()):
+            dists[i][part] = {"p50": a, "p90": m, "p99": z}
+            if part == "latency_ms":
+                dists[i]["histogram"] = Q.histogram(b[first:end], c[first:end], ratio, HIST_BINS)
+    model_keys = {k: i for i, k in enumerate(sorted({(g[1], g[2]) for g in groups}, key=lambda k: (k[0], k[1] or "")))}
+    of_model = np.array([model_keys[(g[1], g[2])] for g in groups] or [0], dtype=np.int64)
+    spans = db.execute(
+        f"SELECT gid, min(ok_first_ts), max(ok_last_ts) FROM field_hours h WHERE infer_n > 0 {hcond} GROUP BY gid"
+    ).fetchall()
+    lo = np.full(len(groups), np.inf)
+    hi = np.full(len(groups), -np.inf)
+    for gid, a, z in spans:
+        if gid in index:
+            lo[index[gid]], hi[index[gid]] = a, z
+    hours = Q.fetch_ints(
+        db,
+        "SELECT h.gid, h.hour, h.bucket::int4, h.n FROM field_hour_hist h JOIN field_groups g USING (gid) "
+        f"WHERE {gcond} {hcond}",
+        4,
+    )
+    hours = hours[hours[:, 0] < len(lookup)]
+    key = lookup[hours[:, 0]]
+    hours, key = hours[key >= 0], key[key >= 0]
+    per_version = Q.timelines(key, hours[:, 1], hours[:, 2], hours[:, 3], lo, hi, POINTS, COARSE_RATIO)
+    mlo = np.full(len(model_keys), np.inf)
+    mhi = np.full(len(model_keys), -np.inf)
+    np.minimum.at(mlo, of_model[: len(groups)], lo)
+    np.maximum.at(mhi, of_model[: len(groups)], hi)
+    mkey = of_model[key] if len(key) else key
+    per_model = Q.timelines(mkey, hours[:, 1], hours[:, 2], hours[:, 3], mlo, mhi, POINTS, COARSE_RATIO)
+    entries = []
+    total_records = 0
+    empty = {"p50": None, "p90": None, "p99": None}
+    for i, (gid, sid, mdl, version, requests, ok, first, last, isum, inn, qsum, qn) in enumerate(groups):
+        requests, ok, inn, qn = int(requests), int(ok), int(inn), int(qn)
+        total_records += requests
+        field = dict(dists[i].get("latency_ms", empty), mean=isum / inn if inn else None)
+        queue = dict(dists[i].get("queue_ms", empty), mean=qsum / qn if qn else None)
+        lab = labs.get((sid, mdl, version))
+        backends, accelerators = labels.get(gid, ([], []))
+        span = float(last - first)
+        entries.append(
+            {
+                "device": devices.get(sid, {}).get("name", sid[:8]),
+                "store_id": sid,
+                "model": mdl,
+                "version": version,
+                "backend": ",".join(backends),
+                "accelerator": ",".join(accelerators),
+                "requests": requests,
+                "ok": ok,
+                "errors": requests - ok,
+                "error_rate": (requests - ok) / requests,
+                "first_ts": float(first),
+                "last_ts": float(last),
+                "throughput_rps": ((requests - 1) / span) if span > 0 else None,
+                "latency_ms": field,
+                "queue_ms": queue,
+                "lab": {"p50_ms": lab[0], "p99_ms": lab[1], "ts": lab[2]} if lab else None,
+                "drift": (field["p50"] / lab[0] - 1.0) if (lab and field["p50"]) else None,
+                "lab_profile": json.loads(lab[3] or "{}").get("layer_profile") if lab else None,
+                "timeline": per_version.get(i, []),
+                "histogram": dists[i].get("histogram", {"edges": [], "counts": []}),
+            }
+        )
+    all_events = [
+        dict(zip(("store_id", "ts", "kind", "model", "version", "detail"), (*e[:5], _detail(e[5]))))
+        for e in db.execute(
+            "SELECT store_id, ts, kind, model, version, detail FROM field_events "
+            "WHERE kind IN ('install', 'rollback', 'split', 'breaker') "
+            + ("AND model = %(model)s " if model else "")
+            + "ORDER BY ts, store_id, id",
+            params,
+        )
+    ]
+    events = [e for e in all_events if not since_s or e["ts"] >= now - since_s]
+    regressions = shares_and_regressions(entries, all_events)
+    ctx = {
+        devices.get(sid, {}).get("name", sid[:8]): {"load1_avg": load1, "mem_available_mb_min": mem, "temp_c_max": temp}
+        for sid, load1, mem, temp in db.execute(
+            "SELECT store_id, AVG(load1), MIN(mem_available_mb), MAX(temp_c) FROM field_context GROUP BY store_id"
+        )
+    }
+    timelines = [
+        {
+            "store_id": sid,
+            "device": devices.get(sid, {}).get("name", sid[:8]),
+            "model": mdl,
+            "points": per_model.get(k, []),
+        }
+        for (sid, mdl), k in model_keys.items()
+    ]
+    return {
+        "schema": "edgekit.field-report",
+        "schema_version": 1,
+        "generated": now,
+        "model": model,
+        "since": since,
+        "records": total_records,
+        "store": store.path,
+        "resolution": {
+            "latency_relative": RESOLUTION,
+            "timeline_latency_relative": COARSE_RESOLUTION,
+            "timeline": "1h",
+        },
+        "entries": entries,
+        "timelines": timelines,
+        "regressions": regressions,
+        "events": events,
+        "device_context": ctx,
+    }
