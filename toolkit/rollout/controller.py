@@ -80,13 +80,20 @@ class Controller:
     ) -> None:
         self.state, self.id = state, rollout_id
         self.rollout = state.get(rollout_id)
-        self.delivery: Delivery = delivery or DirectDelivery(self.rollout.bundle_dir)
+        self._delivery = delivery
         self.field_store = field_store
         self.log = log or (lambda message: None)
         self.now = now
         self.thresholds = gate.Thresholds(**self.rollout.thresholds)
         self._lock: int | None = None
         self._progress = False  # whether the last step changed anything on a device or decided a wave
+
+    @property
+    def delivery(self) -> Delivery:
+        """The delivery, made on first use (pausing reaches no device)."""
+        if self._delivery is None:
+            self._delivery = DirectDelivery(self.rollout.bundle_dir)
+        return self._delivery
 
     # -- commands --------------------------------------------------------------------
     def pause(self) -> st.Rollout:
@@ -148,7 +155,8 @@ class Controller:
             elif r.status == st.DONE:
                 self._install_due(r)  # devices that were offline during their wave
         finally:
-            self.delivery.close()
+            if self._delivery is not None:
+                self._delivery.close()
         self.rollout = self.state.get(self.id)
         return self.rollout
 
