@@ -143,8 +143,12 @@ def test_state_writes_transitions_and_start_is_idempotent(tmp_path, tiny_bundle)
         state.start_wave(r.id, 0, 5.0)
         state.start_wave(r.id, 0, 9.0)  # the soak start is the first install's
         state.decide(r.id, 0, "proceed", "fine", {"p99_change": 0.01})
+        assert state.set_status(r.id, st.PAUSED, "paused by the user", expect=st.RUNNING)
+        assert not state.set_status(r.id, st.DONE, "all passed", expect=st.RUNNING)  # the pause given meanwhile wins
+        assert not state.set_wave(r.id, 1, expect=st.RUNNING)
     with RolloutState(tmp_path / "r.db") as state:  # read back by a new process's object
         r = state.get(r.id)
+        assert (r.status, r.wave, r.reason) == ("paused", 0, "paused by the user")
         assert r.devices[name] == {**r.devices[name], "state": "installed", "old_version": "v0", "installed_at": 5.0}
         assert r.decisions == [{**r.decisions[0], "wave": 0, "started": 5.0, "decision": "proceed", "reason": "fine"}]
         assert any("wave 1: proceed: fine" in m for _, m in state.log(r.id))
@@ -425,7 +429,9 @@ def serving(root):
         return {m["name"]: m["version"] for m in c.models()}["tiny"]
 
 
-FAST = Thresholds(min_soak_s=1, min_samples=20, max_p99_regression=3.0, max_error_rate=0.05)
+# A tiny model's p99 on a busy machine is a scheduling hiccup or two: loose p99, a p50 check, against a bundle
+# that is a hundred times slower.
+FAST = Thresholds(min_soak_s=1, min_samples=30, max_p99_regression=20.0, max_p50_regression=1.0, max_error_rate=0.05)
 
 
 def test_good_bundle_proceeds_through_three_waves_across_a_restart_and_an_offline_device(
@@ -443,19 +449,19 @@ def test_good_bundle_proceeds_through_three_waves_across_a_restart_and_an_offlin
         while c.step().wave == 0 and time.monotonic() < end:
             time.sleep(0.3)
         r = c.step()
-        assert r.wave == 1 and r.decisions[0]["decision"] == "proceed", r.decisions
+        assert r.wave == 1 and r.decisions[0]["decision"] == "proceed", (r.reason, r.decisions)
         assert r.devices[late]["state"] == "pending" and "unreachable" in r.devices[late]["error"]
         assert r.decisions[1]["reason"] == "no device of this wave has the bundle yet"
         assert serving(roots[int(late[1:])]) == old
     python_link(tmp_path, late)  # back online
     with RolloutState(tmp_path / "rollouts.db") as state:  # the host restarted: a new controller from the file
         r = Controller(state, r.id, field_store=tmp_path / "field.db").run(interval=0.3, timeout=120)
-    assert r.status == "done" and r.finished, r
+    assert r.status == "done" and r.finished, (r.reason, r.decisions)
     assert [d["decision"] for d in r.decisions] == ["proceed"] * 3
     for d in r.decisions:
         [(name, row)] = d["numbers"]["devices"].items()
         assert row["old"]["version"] == old and row["new"]["version"] == r.bundle_id
-        assert row["new"]["samples"] >= 20 and row["p99_change"] is not None
+        assert row["new"]["samples"] >= 30 and row["p99_change"] is not None
     assert all(serving(root) == r.bundle_id for root in roots)
     assert all(d["state"] == "installed" and d["old_version"] == old for d in r.devices.values())
 
@@ -475,9 +481,9 @@ def test_slow_bundle_is_stopped_and_rolled_back_after_the_host_is_killed(emulate
         "--min-soak",
         "1s",
         "--min-samples",
-        "20",
+        "30",
         "--max-p99-regression",
-        "300%",
+        "1000%",
         "--interval",
         "0.3s",
         "--state",
@@ -511,7 +517,7 @@ def test_slow_bundle_is_stopped_and_rolled_back_after_the_host_is_killed(emulate
     p = run_cli("rollout", "resume", r.id, "--state", state_file, "--store", field, "--interval", "0.3s")
     assert p.returncode == 1, p.stderr
     assert f"rollout {r.id} stopped and rolled back: wave 1: p99 " in p.stderr, p.stderr
-    assert "above the 300% allowed" in p.stderr and f"on {first} ({old} -> {r.bundle_id})" in p.stderr
+    assert "above the 1000% allowed" in p.stderr and f"on {first} ({old} -> {r.bundle_id})" in p.stderr
     assert "wave 1 (" in p.stdout and "stop: p99" in p.stdout and "rolled-back" in p.stdout
     assert serving(slow_root) == old  # rolled back; the other waves never got it
     assert all(serving(root) == old for root in roots)
@@ -519,7 +525,7 @@ def test_slow_bundle_is_stopped_and_rolled_back_after_the_host_is_killed(emulate
     assert status["status"] == "stopped" and status["finished"]
     [decision] = [d for d in status["decisions"] if d["decision"] == "stop"]
     row = decision["numbers"]["devices"][first]
-    assert row["new"]["p99_ms"] > 4 * row["old"]["p99_ms"], row
+    assert row["new"]["p99_ms"] > 11 * row["old"]["p99_ms"], row
     assert {d["state"] for d in status["devices"].values()} == {"rolled-back", "pending"}
     again = run_cli("rollout", "start", *args, "--json")  # the same bundle and group: the same rollout
     assert one_json(again.stdout)["id"] == r.id and again.returncode == 1

@@ -97,24 +97,23 @@ class Controller:
 
     # -- commands --------------------------------------------------------------------
     def pause(self) -> st.Rollout:
-        r = self.state.get(self.id)
-        if r.status != st.RUNNING:
-            raise EdgekitError(f"rollout {self.id} is {r.status}, not running: nothing to pause")
-        self.state.set_status(self.id, st.PAUSED, "paused by the user")
+        if not self.state.set_status(self.id, st.PAUSED, "paused by the user", expect=st.RUNNING):
+            status = self.state.get(self.id).status
+            raise EdgekitError(f"rollout {self.id} is {status}, not running: nothing to pause")
         return self.state.get(self.id)
 
     def resume(self) -> st.Rollout:
         """A paused rollout runs again; any other keeps its status (``run`` then delivers what is still owed)."""
-        if self.state.get(self.id).status == st.PAUSED:
-            self.state.set_status(self.id, st.RUNNING, "resumed")
+        self.state.set_status(self.id, st.RUNNING, "resumed", expect=st.PAUSED)
         return self.state.get(self.id)
 
     def abort(self) -> st.Rollout:
         """Stop the rollout and roll back every device that got the bundle (now, or when it is back)."""
-        r = self.state.get(self.id)
-        if r.status not in (st.RUNNING, st.PAUSED):
-            raise EdgekitError(f"rollout {self.id} is already {r.status}: nothing to abort")
-        self.state.set_status(self.id, st.ABORTED, "aborted by the user")
+        aborted = any(
+            self.state.set_status(self.id, st.ABORTED, "aborted by the user", expect=s) for s in (st.RUNNING, st.PAUSED)
+        )
+        if not aborted:
+            raise EdgekitError(f"rollout {self.id} is already {self.state.get(self.id).status}: nothing to abort")
         try:
             self._hold()
         except EdgekitError:  # a running controller rolls back at its next step
@@ -223,7 +222,11 @@ class Controller:
         if not installed:
             self.state.decide(self.id, r.wave, gate.WAIT, "no device of this wave has the bundle yet", {})
             return None
-        started = next(d["started"] for d in r.decisions if d["wave"] == r.wave)
+        # the soak runs from the wave's first install (kept with the wave; else the devices' own times)
+        started = next((d["started"] for d in r.decisions if d["wave"] == r.wave and d["started"]), None)
+        if started is None:
+            started = min(r.devices[n]["installed_at"] or self.now() for n in installed)
+            self.state.start_wave(self.id, r.wave, started)
         fleet = self._inventory(r)
         with FieldStore(self.field_store) as store:
             for name in installed:
@@ -244,15 +247,15 @@ class Controller:
             self._progress = True
             self.log(f"wave {r.wave + 1}/{len(r.waves)}: proceed: {verdict.reason}")
             if r.wave + 1 < len(r.waves):
-                self.state.set_wave(self.id, r.wave + 1)
+                self.state.set_wave(self.id, r.wave + 1, expect=st.RUNNING)
             else:
-                self.state.set_status(self.id, st.DONE, f"all {len(r.waves)} waves passed")
+                self.state.set_status(self.id, st.DONE, f"all {len(r.waves)} waves passed", expect=st.RUNNING)
         return None
 
     def _stop(self, r: st.Rollout, reason: str, numbers: dict[str, Any]) -> None:
         self.state.decide(self.id, r.wave, gate.STOP, reason, numbers)
         self.log(f"wave {r.wave + 1}/{len(r.waves)}: stop: {reason}")
-        self.state.set_status(self.id, st.STOPPED, f"wave {r.wave + 1}: {reason}")
+        self.state.set_status(self.id, st.STOPPED, f"wave {r.wave + 1}: {reason}", expect=st.RUNNING)
 
     # -- rolling back ----------------------------------------------------------------------
     def _roll_back(self, r: st.Rollout) -> None:

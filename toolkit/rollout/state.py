@@ -201,12 +201,15 @@ class RolloutState:
         return list(reversed(rows))
 
     # -- transitions (each one committed before it is acted on) ---------------------
-    def _write(self, rollout_id: str, message: str | None, sql: str, args: tuple[Any, ...]) -> None:
+    def _write(self, rollout_id: str, message: str | None, sql: str, args: tuple[Any, ...]) -> bool:
+        """Run one change with its log line in one transaction; False (nothing written) if it changed no row."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             now = time.time()
-            db.execute(sql, args)
+            if db.execute(sql, args).rowcount == 0:
+                db.execute("ROLLBACK")
+                return False
             db.execute("UPDATE rollouts SET updated=? WHERE id=?", (now, rollout_id))
             if message:
                 db.execute("INSERT INTO log VALUES (?,?,?)", (rollout_id, now, message))
@@ -214,17 +217,24 @@ class RolloutState:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return True
 
-    def set_status(self, rollout_id: str, status: str, reason: str | None = None) -> None:
-        self._write(
+    def set_status(self, rollout_id: str, status: str, reason: str | None = None, expect: str | None = None) -> bool:
+        """``expect``: only if the rollout is in that status (a pause or an abort given meanwhile wins)."""
+        return self._write(
             rollout_id,
             f"{status}" + (f": {reason}" if reason else ""),
-            "UPDATE rollouts SET status=?, reason=COALESCE(?, reason) WHERE id=?",
-            (status, reason, rollout_id),
+            "UPDATE rollouts SET status=?, reason=COALESCE(?, reason) WHERE id=? AND status=COALESCE(?, status)",
+            (status, reason, rollout_id, expect),
         )
 
-    def set_wave(self, rollout_id: str, wave: int) -> None:
-        self._write(rollout_id, f"wave {wave + 1} begins", "UPDATE rollouts SET wave=? WHERE id=?", (wave, rollout_id))
+    def set_wave(self, rollout_id: str, wave: int, expect: str | None = None) -> bool:
+        return self._write(
+            rollout_id,
+            f"wave {wave + 1} begins",
+            "UPDATE rollouts SET wave=? WHERE id=? AND status=COALESCE(?, status)",
+            (wave, rollout_id, expect),
+        )
 
     def set_device(
         self,
