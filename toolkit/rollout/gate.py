@@ -111,11 +111,12 @@ def judge(per_device: Mapping[str, Mapping[str, Any]], soaked_s: float, t: Thres
             f"{q} {w['old'][f'{q}_ms']:.3f} ms -> {w['new'][f'{q}_ms']:.3f} ms ({_pct(changes[worst])}) on {worst}"
             f" ({w['old']['version']} -> {w['new']['version']})"
         )
-        lines.append(said)
         if limit is not None and changes[worst] > limit:
             problems.append(f"{said}, above the {limit * 100:g}% allowed")
-    if problems:
-        return Verdict(STOP, "; ".join(problems), numbers)
+        else:
+            lines.append(said)
+    if problems:  # what failed, then the other numbers measured
+        return Verdict(STOP, "; ".join(problems + lines), numbers)
     if compared:
         reason = "within limits: " + "; ".join(lines) + f"; error rate {rate * 100:.2f}%"
     else:
