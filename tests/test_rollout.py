@@ -313,7 +313,7 @@ def test_pause_resume_abort(fleet3):
 X = np.zeros((1, 3, 16, 16), np.float32)
 
 
-def heavy_cnn(path, convs=24, width=64):
+def heavy_cnn(path, convs=16, width=48):
     """The tiny model's interface (``input`` 3x16x16 -> ``probs`` 10) with ``convs`` 3x3 convolutions of ``width``
     channels: the same model name served much slower."""
     rng = np.random.default_rng(2)
@@ -386,7 +386,7 @@ class Traffic:
                     client.close()
                 client = None
                 time.sleep(0.05)
-            time.sleep(0.005)
+            time.sleep(0.01)
         if client is not None:
             client.close()
 
@@ -538,7 +538,7 @@ def test_slow_bundle_is_stopped_and_rolled_back_after_the_host_is_killed(emulate
     assert status["status"] == "stopped" and status["finished"]
     [decision] = [d for d in status["decisions"] if d["decision"] == "stop"]
     row = decision["numbers"]["devices"][first]
-    assert row["new"]["p99_ms"] > 11 * row["old"]["p99_ms"], row
+    assert row["new"]["p50_ms"] > 4 * row["old"]["p50_ms"] and row["new"]["p99_ms"] > row["old"]["p99_ms"], row
     assert {d["state"] for d in status["devices"].values()} == {"rolled-back", "pending"}
     again = run_cli("rollout", "start", *args, "--json")  # the same bundle and group: the same rollout
     assert one_json(again.stdout)["id"] == r.id and again.returncode == 1
