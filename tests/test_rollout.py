@@ -2,6 +2,7 @@
 scripted delivery, the command's bad input (fast). Real agents under real traffic: tests/test_rollout_e2e.py."""
 
 import itertools
+import os
 
 import pytest
 
@@ -291,6 +292,12 @@ def test_pause_resume_abort(fleet3):
     with pytest.raises(EdgekitError, match="is paused, not running"):
         c.pause()
     assert c.resume().status == "running"
+    c._hold()  # one process drives a rollout at a time
+    try:
+        with pytest.raises(EdgekitError, match=f"rollout {r.id} is being run by process {os.getpid()}"):
+            controller(fleet3, d).run(interval=0)
+    finally:
+        c._release()
     r = c.abort()
     assert r.status == "aborted" and r.finished
     assert d.calls[-1] == ("rollback", r.waves[0][0], None)  # it served nothing before: the model is removed
@@ -322,3 +329,42 @@ def test_cli_bad_input_is_one_clear_error_and_no_state(tmp_path, tiny_bundle, ca
     assert capsys.readouterr().out == "no rollouts\n"
     assert main(["rollout", "status", "abc", "--state", str(state)]) == 1
     assert "no rollout 'abc'" in capsys.readouterr().err
+
+
+def test_a_wave_installs_in_parallel_retries_lost_connections_and_stops_on_a_refused_install(tmp_path, tiny_bundle):
+    from edgekit.errors import AgentError, TransportError
+
+    inv = tmp_path / "devices.toml"
+    inv.write_text("".join(f'[[device]]\nname = "d{i}"\nurl = "local://"\n' for i in range(6)))
+    state = RolloutState(tmp_path / "rollouts.db")
+    r, _ = start(state, tiny_bundle, inv, None, "1,100%", Thresholds(min_soak_s=0, min_samples=20))
+    d = Scripted({"v0": 1.0, r.bundle_id: 1.0}, {f"d{i}": "v0" for i in range(6)})
+    d.new = r.bundle_id
+    flaky, refusing = r.waves[1][0], r.waves[1][1]
+    lost = [True]
+    install = d.install
+
+    def install_or_fail(fd, bundle_dir):
+        if fd.name == flaky and lost[0]:
+            lost[0] = False
+            raise TransportError("connection lost while committing")
+        if fd.name == refusing:
+            raise AgentError("the bundle's runtime is not installed")
+        install(fd, bundle_dir)
+
+    d.install = install_or_fail
+    with FieldStore(tmp_path / "field.db") as store:
+        for n in d.serving:
+            d.collect(type("FD", (), {"name": n})(), store)
+    c = Controller(state, r.id, delivery=d, field_store=tmp_path / "field.db", jobs=4)
+    r = c.step()  # wave 1 installed and judged at once (no soak)
+    assert r.wave == 1 and r.decisions[0]["decision"] == "proceed"
+    r = c.step()  # wave 2 installed by 4 workers: one connection lost, one install refused: stop, roll back
+    assert r.devices[refusing]["state"] == "failed"
+    assert r.status == "stopped"
+    assert r.reason == f"wave 2: install failed on {refusing}: the bundle's runtime is not installed"
+    assert r.finished and all(d.serving[n] == "v0" for n in d.serving)
+    rolled = {n for n, dev in r.devices.items() if dev["state"] == "rolled-back"}
+    assert rolled == set(r.devices) - {refusing}
+    assert ("rollback", flaky, "v0") in d.calls  # its install may have switched it before the connection was lost
+    state.close()

@@ -68,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", default="10s", help="time between steps (default %(default)s)")
+    p.add_argument("--jobs", type=int, default=8, help="devices worked on at once (default %(default)s)")
     p.add_argument("--state", help="rollout state file (default ~/.cache/edgekit/rollouts.db)")
     p.add_argument("--store", help="field store the numbers are pulled into (default ~/.cache/edgekit/field.db)")
     output_options(p, verbose=False)
@@ -103,13 +104,14 @@ def _drive(args: argparse.Namespace, state: Any, rollout_id: str, how: str = "ru
     from ..rollout import Controller, parse_duration
     from ..rollout.text import rollout_text
 
-    c = Controller(state, rollout_id, field_store=args.store, log=_log(args))
+    c = Controller(state, rollout_id, field_store=args.store, log=_log(args), jobs=args.jobs)
     if how == "abort":
         r = c.abort()
     else:
         if how == "resume":
             c.resume()
-        r = c.step() if getattr(args, "no_wait", False) else c.run(parse_duration(args.interval, "--interval"))
+        once = getattr(args, "no_wait", False)
+        r = c.run(parse_duration(args.interval, "--interval"), timeout=0 if once else None)
     data = {**r.to_dict(), "log": state.log(rollout_id)}
     emit(args, data, rollout_text)
     if r.status == "stopped":

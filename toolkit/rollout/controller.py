@@ -11,6 +11,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def start(
 
 class Controller:
     """Drives one rollout. ``delivery``: how devices are reached (default: the direct path); ``field_store``: the
-    field store's path (default: the usual one); ``now``: the clock (tests)."""
+    field store's path (default: the usual one); ``now``: the clock (tests); ``jobs``: devices worked on at once."""
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class Controller:
         field_store: str | Path | None = None,
         log: Callable[[str], Any] | None = None,
         now: Callable[[], float] = time.time,
+        jobs: int = 8,
     ) -> None:
         self.state, self.id = state, rollout_id
         self.rollout = state.get(rollout_id)
@@ -86,6 +88,9 @@ class Controller:
         self.now = now
         self.thresholds = gate.Thresholds(**self.rollout.thresholds)
         self._lock: int | None = None
+        if jobs < 1:
+            raise EdgekitError(f"--jobs must be at least 1, not {jobs}")
+        self.jobs = jobs  # devices worked on at once
         self._progress = False  # whether the last step changed anything on a device or decided a wave
 
     @property
@@ -163,45 +168,73 @@ class Controller:
     def _inventory(self, r: st.Rollout) -> dict[str, FleetDevice]:
         return {d.name: d for d in load_inventory(r.inventory, tag=r.group)}
 
+    def _each(self, names: Sequence[str], fn: Callable[[str], Any]) -> dict[str, Any]:
+        """``fn(name)`` for each name, ``jobs`` at a time; the result, or the exception it raised, per name. Only
+        device work runs in the threads: the state is written by the caller, in this thread."""
+
+        def call(name: str) -> Any:
+            try:
+                return fn(name)
+            except Exception as e:  # handed back to the caller, which records it against the device
+                return e
+
+        if len(names) <= 1 or self.jobs <= 1:
+            return {n: call(n) for n in names}
+        with ThreadPoolExecutor(max_workers=min(self.jobs, len(names)), thread_name_prefix="edgekit-rollout") as ex:
+            return dict(zip(names, ex.map(call, names)))
+
     def _reach(
-        self, r: st.Rollout, name: str, fleet: dict[str, FleetDevice], owed: str | None = None
-    ) -> FleetDevice | None:
-        """The device if it can be worked on now; else None, its state set to ``owed`` (default: kept) with why."""
-        fd = fleet.get(name)
-        why = None
-        if fd is None:
-            why = f"no longer in {r.inventory}" + (f" with tag {r.group!r}" if r.group else "")
-        elif not self.delivery.reachable(fd):
-            why = f"unreachable: {self.delivery.why(fd)}"
-        if why is None:
-            return fd
-        d = r.devices[name]
-        if d["error"] != why or (owed and d["state"] != owed):
-            self.state.set_device(self.id, name, owed or d["state"], error=why)
-            self.log(f"{name}: {why}")
-        return None
+        self, r: st.Rollout, names: Sequence[str], fleet: dict[str, FleetDevice], owed: str | None = None
+    ) -> dict[str, FleetDevice]:
+        """The devices that can be worked on now; the others keep their state (or get ``owed``), with why."""
+        scope = f"{r.inventory}" + (f" with tag {r.group!r}" if r.group else "")
+        seen = self._each(names, lambda n: self.delivery.reachable(fleet[n]))  # KeyError: not in the inventory
+        out = {}
+        for name in names:
+            if seen[name] is True:
+                out[name] = fleet[name]
+                continue
+            if isinstance(seen[name], KeyError):
+                why = f"no longer in {scope}"
+            elif isinstance(seen[name], Exception):
+                why = f"unreachable: {type(seen[name]).__name__}: {seen[name]}"
+            else:
+                why = f"unreachable: {self.delivery.why(fleet[name])}"
+            d = r.devices[name]
+            if d["error"] != why or (owed and d["state"] != owed):
+                self.state.set_device(self.id, name, owed or d["state"], error=why)
+                self.log(f"{name}: {why}")
+        return out
+
+    def _record_failure(self, name: str, e: Exception, retry_state: str, what: str) -> None:
+        """A transport error is tried again at the next step (state ``retry_state``); anything else fails it."""
+        if isinstance(e, TransportError):
+            self.state.set_device(self.id, name, retry_state, error=str(e))
+        else:
+            text = str(e) if isinstance(e, EdgekitError) else f"{type(e).__name__}: {e}"
+            self.state.set_device(self.id, name, st.FAILED if what == "install" else retry_state, error=text)
+            self.log(f"{name}: {what} failed: {text}")
 
     def _install_due(self, r: st.Rollout) -> None:
         due = [n for n, d in r.devices.items() if d["wave"] <= r.wave and d["state"] in (st.PENDING, st.INSTALLING)]
         if not due:
             return
-        fleet = self._inventory(r)
-        for name in due:
-            fd = self._reach(r, name, fleet)
-            if fd is None:
+        reached = self._reach(r, due, self._inventory(r))
+        fresh = [n for n in reached if r.devices[n]["state"] == st.PENDING]
+        served = self._each(fresh, lambda n: self.delivery.current(reached[n], r.model))
+        ready = [n for n in reached if n not in served]
+        for name in fresh:  # what it served before, written before the install
+            if isinstance(served[name], Exception):
+                self._record_failure(name, served[name], st.PENDING, "install")
                 continue
-            try:
-                if r.devices[name]["state"] == st.PENDING:  # what it served before, written before the install
-                    old = self.delivery.current(fd, r.model)
-                    self.state.set_device(self.id, name, st.INSTALLING, old_version=old or NO_VERSION)
-                self.log(f"{name}: installing {r.bundle_id}")
-                self.delivery.install(fd, r.bundle_dir)
-            except TransportError as e:  # tried again on the next step
-                self.state.set_device(self.id, name, st.INSTALLING, error=str(e))
-                continue
-            except EdgekitError as e:
-                self.state.set_device(self.id, name, st.FAILED, error=str(e))
-                self.log(f"{name}: install failed: {e}")
+            self.state.set_device(self.id, name, st.INSTALLING, old_version=served[name] or NO_VERSION)
+            ready.append(name)
+        for name in ready:
+            self.log(f"{name}: installing {r.bundle_id}")
+        done = self._each(ready, lambda n: self.delivery.install(reached[n], r.bundle_dir))
+        for name in ready:
+            if isinstance(done[name], Exception):
+                self._record_failure(name, done[name], st.INSTALLING, "install")
                 continue
             now = self.now()
             self.state.set_device(self.id, name, st.INSTALLED, installed_at=now)
@@ -227,15 +260,13 @@ class Controller:
         if started is None:
             started = min(r.devices[n]["installed_at"] or self.now() for n in installed)
             self.state.start_wave(self.id, r.wave, started)
-        fleet = self._inventory(r)
+        reached = self._reach(r, installed, self._inventory(r))
         with FieldStore(self.field_store) as store:
-            for name in installed:
-                fd = self._reach(r, name, fleet)
-                if fd is not None:
-                    try:
-                        self.delivery.collect(fd, store)
-                    except EdgekitError as e:  # judged on what was pulled before
-                        self.log(f"{name}: field data not pulled: {e}")
+            for name, fd in reached.items():
+                try:
+                    self.delivery.collect(fd, store)
+                except EdgekitError as e:  # judged on what was pulled before
+                    self.log(f"{name}: field data not pulled: {e}")
             rep = report(store, model=r.model)
         olds = {n: (r.devices[n]["old_version"] or None) for n in installed}
         per = gate.wave_numbers(rep, r.model, r.bundle_id, olds)
@@ -266,18 +297,17 @@ class Controller:
         ]
         if not owed:
             return
-        fleet = self._inventory(r)
-        for name in owed:
-            fd = self._reach(r, name, fleet, owed=st.ROLLBACK)
-            if fd is None:
-                continue
+        reached = self._reach(r, owed, self._inventory(r), owed=st.ROLLBACK)
+        for name in reached:  # written before the rollbacks are sent
             to = r.devices[name]["old_version"] or None
             self.state.set_device(self.id, name, st.ROLLING_BACK)
             self.log(f"{name}: rolling back to {to or 'no version'}")
-            try:
-                self.delivery.rollback(fd, r.model, to)
-            except EdgekitError as e:
-                self.state.set_device(self.id, name, st.ROLLBACK, error=str(e))
+        done = self._each(
+            list(reached), lambda n: self.delivery.rollback(reached[n], r.model, r.devices[n]["old_version"] or None)
+        )
+        for name in reached:
+            if isinstance(done[name], Exception):
+                self._record_failure(name, done[name], st.ROLLBACK, "rollback")
                 continue
             self.state.set_device(self.id, name, st.ROLLED_BACK)
             self._progress = True
