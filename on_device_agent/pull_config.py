@@ -72,7 +72,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--device-id", help="this device's id in the fleet (with --pull)")
     s.add_argument("--group", action="append", default=[], help="a group this device follows (repeatable)")
-    s.add_argument("--fleet", default="default", help="the fleet's name: topics are edgekit/FLEET/... (default)")
+    s.add_argument(
+        "--fleet", dest="pull_fleet", default="default", help="the fleet's name: topics are edgekit/FLEET/... (default)"
+    )
     s.add_argument("--pull-username", help="the broker's user name for this device")
     s.add_argument("--pull-password-file", help="file holding the broker password (or set EDGEKIT_PULL_PASSWORD)")
     s.add_argument("--pull-ca", help="CA certificate file for the broker's and the stores' TLS")
@@ -103,7 +105,7 @@ def from_args(args: argparse.Namespace) -> Optional[PullConfig]:
         args.pull,
         args.device_id,
         args.group,
-        args.fleet,
+        args.pull_fleet,
         args.pull_username,
         password,
         args.pull_ca,
@@ -117,7 +119,7 @@ def start_args(args: argparse.Namespace, absolute: bool = True) -> List[str]:
     the host passes them as given, paths on the device)."""
     if not args.pull:
         return []
-    out = ["--pull", args.pull, "--device-id", args.device_id, "--fleet", args.fleet]
+    out = ["--pull", args.pull, "--device-id", args.device_id, "--fleet", args.pull_fleet]
     for g in args.group:
         out += ["--group", g]
     for flag in ("pull_username", "pull_password_file", "pull_ca", "pull_cert", "pull_key"):
