@@ -2,13 +2,16 @@
 from their code with fixed random weights, saved inside the tensorflow tool environment (the host has no
 TensorFlow); the environment is created on first use and kept between runs (``.cache/tests/keep/toolenvs``)."""
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 
 import jsonschema
 import numpy as np
 import pytest
+from harness.isolation import kept
 
 import edgekit
 from edgekit import intake_tf
@@ -37,19 +40,25 @@ odd.save(out + "/custom.keras")
 
 
 @pytest.fixture(scope="module")
-def tf_models(tmp_path_factory):
+def tf_models():
+    """The models, made once in the tool environment and kept between runs (minutes to make on 2 cores)."""
     from edgekit import toolenvs
 
     if toolenvs.state(intake_tf.TOOLENV).get("interpreter_missing"):
         pytest.skip("no Python 3.11 or 3.10 on this machine for the tensorflow tool environment")
     py = toolenvs.ensure(intake_tf.TOOLENV)
-    d = tmp_path_factory.mktemp("tf")
-    script = d / "make.py"
-    script.write_text(MAKE)
-    env = dict(intake_tf.TOOLENV.env)
-    subprocess.run([py, "-I", str(script), str(d)], check=True, env=dict(os.environ, **env), timeout=900)
-    rng = np.random.default_rng(0)
-    np.savez(d / "calib.npz", input_1=rng.random((16, 1, 96, 96, 3), dtype=np.float32))
+    key = hashlib.sha256((MAKE + intake_tf.TOOLENV.digest()).encode()).hexdigest()[:12]
+    d = kept(f"tf-models-{key}")
+    if not (d / "done").is_file():
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        script = d / "make.py"
+        script.write_text(MAKE)
+        env = dict(os.environ, **dict(intake_tf.TOOLENV.env))
+        subprocess.run([py, "-I", str(script), str(d)], check=True, env=env, timeout=1800)
+        rng = np.random.default_rng(0)
+        np.savez(d / "calib.npz", input_1=rng.random((16, 1, 96, 96, 3), dtype=np.float32))
+        (d / "done").write_text("")
     return d
 
 

@@ -236,18 +236,22 @@ def export(model: Any, kind: str, declared: Optional[Dict[str, list]], log: Call
     """tf2onnx in the tensorflow environment: ``Exported`` (its ``run`` runs the original there)."""
     work = Path(tempfile.mkdtemp(prefix="edgekit-tf-export-"))
     try:
-        info = call("inspect", model, kind, work / "inspect", log)
-        shapes = fixed_shapes(info["inputs"], declared, keep_ranges=True)
         name = Path(model).resolve().name.split(".")[0] or "model"
         path = work / f"{name}.onnx"
         t0 = time.perf_counter()
+        shapes = None
+        if declared:  # else the tool takes the signature's sizes (one TensorFlow start fewer)
+            info = call("inspect", model, kind, work / "inspect", log)
+            shapes = fixed_shapes(info["inputs"], declared, keep_ranges=True)
         res = call("onnx", model, kind, work / "onnx", log, shapes=shapes, opset=OPSET, output=str(path))
+        if shapes is None:
+            shapes = fixed_shapes(res["inputs"], None, keep_ranges=True)  # raises where a dimension needs a size
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     log(f"exported {name} ({kind}) to ONNX opset {OPSET} with tf2onnx in {time.perf_counter() - t0:.1f} s")
     section = section_of(model, kind, res, f"tf2onnx {res['versions'].get('tf2onnx')}: the serving signature")
-    section.update(opset=OPSET, dynamic_dims=dynamic_dims(info["inputs"], shapes))
+    section.update(opset=OPSET, dynamic_dims=dynamic_dims(res["inputs"], shapes))
     names = [i["name"] for i in res["inputs"]]
     outs = [o["name"] for o in res["outputs"]]
 

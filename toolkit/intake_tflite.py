@@ -104,6 +104,9 @@ def build_given(
     except Exception as e:  # LiteRT's own errors: an op it lacks, a corrupt file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"LiteRT cannot run {path.name} on this machine: {first}") from None
+    if origin is not None:  # the sizes it was converted for (the signature's may keep a dynamic batch)
+        inputs = [_sized(s, ds.samples[0][s.name]) for s in inputs]
+        outputs = [_sized(s, results[0][s.name]) for s in outputs]
     sha = file_sha256(path)
     ops = tflite_ops(path)
     step = _judged(origin, ds, results, opts, log) if origin is not None else None
@@ -175,6 +178,10 @@ def _renamed(specs: List[TensorSpec], entries: List[Dict[str, Any]]) -> List[Ten
     """The .tflite's tensors under the original's names (``entries``: the runner's io, by tensor name)."""
     by_tensor = {e["tensor"]: e["name"] for e in entries}
     return [TensorSpec(by_tensor.get(s.name, s.name), s.shape, s.dtype, s.layout) for s in specs]
+
+
+def _sized(spec: TensorSpec, value: np.ndarray) -> TensorSpec:
+    return TensorSpec(spec.name, list(value.shape), spec.dtype, guess_layout(list(value.shape)))
 
 
 def _judged(origin: Origin, ds: Dataset, results: List[dict], opts: BuildOptions, log: Any) -> Dict[str, Any]:

@@ -5,7 +5,8 @@ Usage: python -I tf_export.py request.json result.json (cwd: a scratch work dire
 
 request: {"action": "inspect" | "onnx" | "tflite" | "run", "model": a SavedModel directory or a .keras/.h5 file,
           "kind": "SavedModel" | "Keras" | "Keras H5",
-          "shapes": {input: [dims]} (onnx, tflite: a fixed size per dimension, or -1 to keep it dynamic),
+          "shapes": {input: [dims]} (onnx, tflite: a fixed size per dimension, or -1 to keep it dynamic; onnx without
+          it: the signature's sizes, a dynamic batch as 1, else "needs_shapes" in the result and no conversion),
           "opset": n (onnx), "output": path of the .onnx/.tflite to write,
           "precision": fp32|fp16|int8 (tflite), "calib": npz of calibration samples (tflite int8),
           "samples": npz of samples (run, tflite): key "<sample index>.<input index>",
@@ -252,6 +253,15 @@ def main() -> None:
         result["versions"]["tf2onnx"] = tf2onnx.__version__
         log("  tf2onnx %s: %s -> ONNX opset %s" % (tf2onnx.__version__, req["kind"], req["opset"]))
         t1 = time.perf_counter()
+        if req.get("shapes") is None:  # the signature's sizes, a dynamic batch as 1 (edgekit.intake_tf.fixed_shapes)
+            shapes = {
+                i["name"]: [1 if k == 0 and d < 0 else d for k, d in enumerate(i["shape"])] for i in result["inputs"]
+            }
+            if any(d < 0 for dims in shapes.values() for d in dims):
+                result["needs_shapes"] = True
+                json.dump(result, open(sys.argv[2], "w"))
+                return
+            req["shapes"] = shapes
         to_onnx(orig, req, result)
         result["seconds"] = round(time.perf_counter() - t1, 2)
     elif action == "tflite":
