@@ -98,6 +98,16 @@ def test_an_unsupported_op_names_the_op_the_layer_and_the_options():
     assert "tf2onnx 1.16.1 cannot convert the op Igamma" in text and "--backend tflite" in text
 
 
+def test_options_the_tflite_path_does_not_take_are_refused_before_any_work(tmp_path):
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ModelError, match="prune is not taken on the tflite backend's TensorFlow path"):
+        edgekit.build(tmp_path / "sm", "pixel-8", tmp_path / "out", backend="tflite", prune=0.25)
+    with pytest.raises(ModelError, match="int8 needs calibration data: --calib"):
+        edgekit.build(tmp_path / "sm", "pixel-8", tmp_path / "out", backend="tflite", precision="int8")
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_interpreter_for_the_environment_says_how_to_get_one(tmp_path, monkeypatch):
     from edgekit.toolenvs import interpreters
 

@@ -272,6 +272,12 @@ def build_tflite(model: Any, kind: str, profile: Any, output: Any, opts: Any) ->
     from .model import TensorSpec, guess_layout, parse_input_shapes
 
     log = opts.log or (lambda m: None)
+    unused = [n for n in ("prune", "prune_recipe", "budget", "stream") if getattr(opts, n) not in (None, False)]
+    if unused:
+        raise ModelError(
+            f"{unused[0]} is not taken on the tflite backend's TensorFlow path (TensorFlow's own converter): drop "
+            "it, or build for another backend (tf2onnx, then the ordinary build with every option)"
+        )
     precision = "fp32" if opts.precision in (None, "auto") and not opts.calib else opts.precision
     precision = "int8" if precision in (None, "auto") else precision
     if precision not in ("fp32", "fp16", "int8"):
