@@ -316,7 +316,7 @@ def build_tflite(model: Any, kind: str, profile: Any, output: Any, opts: Any) ->
         log(f"converted {Path(model).name} ({kind}) with {res['converter']} ({precision}) in {res['seconds']:.1f} s")
         original = load_outputs(work / "original.npz", [o["name"] for o in res["outputs"]], len(ds))
         bundle_mod.write_json(work / "io_layout.json", res["io"])
-        section = section_of(model, kind, res, f"{res['converter']} (TensorFlow {res['versions']['tensorflow']})")
+        section = section_of(model, kind, res, res["converter"])
         section.update(precision=precision, dynamic_dims=dynamic_dims(info["inputs"], shapes))
         if "calibration_samples" in res:
             section["calibration_samples"] = res["calibration_samples"]
