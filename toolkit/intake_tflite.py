@@ -5,6 +5,10 @@ its quantization from its tensors' types, and the delegate (placement) checks ru
 model. Fidelity has no step to compare: the bundle's model IS the original, so the report records it as taken as
 given with its sha256, and the samples' outputs are the original's own (the device compares against them).
 Other backends are refused: no maintained TFLite -> ONNX converter ships here.
+
+A ``.tflite`` converted here from another framework's model (:mod:`edgekit.intake_tf`: TensorFlow's own converter)
+is bundled the same way with an :class:`Origin`: its fidelity step compares it with the original framework's outputs
+on the same samples, and the report's ``export`` section says how it was made.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import shutil
 import time
 import types
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -22,10 +27,28 @@ from . import bundle as bundle_mod
 from .build_options import BuildOptions
 from .data import Dataset, load_dataset, save_samples, synthetic_dataset
 from .errors import ConversionError, ModelError, ProfileError
+from .fidelity import check_step, summary, thresholds_for
 from .model import TensorSpec, file_sha256, guess_layout
 from .report import SCHEMA_VERSION, write_report
 
 STEP = "taken as given (identical bytes)"
+
+
+@dataclass
+class Origin:
+    """A .tflite converted from another framework's model, with what judges it: the original's outputs on
+    ``dataset``'s samples. ``io`` maps the original's input/output names to the .tflite's tensors (the runner's
+    ``io``); ``section`` is the report's ``export`` section (its ``step`` is added here)."""
+
+    path: Path  # the converted .tflite
+    source: Path  # the original model (a file or a SavedModel directory)
+    precision: str  # fp32, fp16, int8
+    io: Dict[str, Any]
+    dataset: Dataset
+    original: List[Dict[str, np.ndarray]] = field(repr=False)
+    section: Dict[str, Any]
+    step: str  # the fidelity step's name
+    reference: str  # what produced ``original``, for the report
 
 
 def is_tflite(model: Any) -> bool:
@@ -42,12 +65,16 @@ def refuse_other_backend(path: Path, backend: str) -> None:
         )
 
 
-def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Dict[str, Any]:
-    """Bundle the ``.tflite`` as it is for ``profile``; return the build report."""
+def build_given(
+    model: Any, profile: Any, output: Any, opts: BuildOptions, origin: Optional[Origin] = None
+) -> Dict[str, Any]:
+    """Bundle the ``.tflite`` as it is for ``profile``; return the build report. With ``origin`` the file was
+    converted here and is judged against the original's outputs."""
     t0 = time.perf_counter()
-    path = Path(model)
+    path = Path(model) if origin is None else origin.path
     log = opts.log or (lambda m: None)
-    refuse_other_backend(path, opts.backend)
+    if origin is None:
+        refuse_other_backend(path, opts.backend)
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     unused = [
@@ -55,33 +82,36 @@ def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Di
         for n in ("prune", "prune_recipe", "budget", "stream", "example_inputs", "dynamic_shapes")
         if getattr(opts, n) not in (None, False)
     ]
-    if unused or opts.precision not in (None, "auto"):
+    if unused or (origin is None and opts.precision not in (None, "auto")):
         what = unused[0] if unused else f"precision={opts.precision}"
         raise ModelError(
             f"{path.name} is deployed as it is (no conversion), so {what} does not apply: drop it, or build "
             "the model's ONNX export to convert or shrink it"
         )
-    prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
-    be = converters.get("tflite")
-    be.ensure_available()
-    if "tflite" not in prof.data["runtimes"]["ranked"]:
-        raise ProfileError(
-            f"profile {prof.name} does not run backend 'tflite'; it runs: {', '.join(prof.data['runtimes']['ranked'])}"
-        )
+    prof, be = runs_tflite(profile)
     bundle_mod.check_output(output)
     inputs, outputs, precision = read_specs(path)
-    ds = _dataset(opts, inputs)
+    if origin is not None:
+        inputs = _renamed(inputs, origin.io["inputs"])
+        outputs = _renamed(outputs, origin.io["outputs"])
+        precision = origin.precision
+    ds = _dataset(opts, inputs) if origin is None else origin.dataset
     kind = "synthetic" if ds.synthetic else "real"
-    log(f"{path.name}: deployed as given ({precision}); running it on {len(ds)} {kind} samples")
+    how = "deployed as given" if origin is None else "built"
+    log(f"{path.name}: {how} ({precision}); running it on {len(ds)} {kind} samples")
     try:
         results = be.predict(path, ds.samples, threads=prof.threads if prof.name == profiles.HOST else None)
     except Exception as e:  # LiteRT's own errors: an op it lacks, a corrupt file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"LiteRT cannot run {path.name} on this machine: {first}") from None
+    if origin is not None:  # the sizes it was converted for (the signature's may keep a dynamic batch)
+        inputs = [_sized(s, ds.samples[0][s.name]) for s in inputs]
+        outputs = [_sized(s, results[0][s.name]) for s in outputs]
     sha = file_sha256(path)
     ops = tflite_ops(path)
+    step = _judged(origin, ds, results, opts, log) if origin is not None else None
     settings = prof.backend("tflite")
-    runner = {"providers": list(settings.get("delegates") or ["xnnpack"]), "io": {}}
+    runner = {"providers": list(settings.get("delegates") or ["xnnpack"]), "io": origin.io if origin else {}}
     for key in ("delegate_libraries", "delegate_options"):
         if settings.get(key):
             runner[key] = settings[key]
@@ -89,13 +119,16 @@ def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Di
     try:
         shutil.copyfile(path, staged / "model.tflite")
         files = [bundle_mod.file_entry(staged / "model.tflite", "model.tflite", "model")]
+        if origin is not None:
+            bundle_mod.write_json(staged / "io_layout.json", origin.io)
+            files.append(bundle_mod.file_entry(staged / "io_layout.json", "io_layout.json", "io_layout"))
         save_samples(ds, staged / "sample_inputs.npz")
         files.append(bundle_mod.file_entry(staged / "sample_inputs.npz", "sample_inputs.npz", "sample_inputs"))
         np.savez(staged / "expected_outputs.npz", **results[0])  # type: ignore[arg-type]
         files.append(bundle_mod.file_entry(staged / "expected_outputs.npz", "expected_outputs.npz", "expected_outputs"))
         manifest: Dict[str, Any] = {
             "schema_version": bundle_mod.MANIFEST_SCHEMA_VERSION,
-            "name": opts.name or path.stem,
+            "name": opts.name or (path.stem if origin is None else origin.source.stem),
             "backend": "tflite",
             "precision": precision.split()[0],
             "profile": prof.name,
@@ -105,7 +138,9 @@ def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Di
             "inputs": [s.to_dict() for s in inputs],
             "outputs": [s.to_dict() for s in outputs],
             "shapes": None,
-            "source": {"file": path.name, "sha256": sha, "format": "tflite", "taken_as_given": True},
+            "source": {"file": path.name, "sha256": sha, "format": "tflite", "taken_as_given": True}
+            if origin is None
+            else {"file": origin.source.name, "sha256": origin.section.get("sha256"), "format": origin.section["from"]},
             "toolkit": {"name": "edgekit", "version": __version__},
             "runtime": {"name": be.runtime, "version": be.runtime_version() or ""},
             "profile_spec": prof.data,
@@ -116,6 +151,8 @@ def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Di
         manifest["id"] = bundle_mod.bundle_id(manifest)
         bundle_mod.write_json(staged / bundle_mod.MANIFEST, manifest)
         report = _report(manifest, files, ds, sha, precision, path, _placement(staged, ops, prof, precision), t0)
+        if origin is not None:
+            _as_converted(report, origin, step)
         report["output"] = str(output)
         write_report(staged, report)
         bundle_mod.replace_dir(staged, output)
@@ -123,6 +160,62 @@ def build_given(model: Any, profile: Any, output: Any, opts: BuildOptions) -> Di
         shutil.rmtree(staged, ignore_errors=True)
         raise
     return report
+
+
+def runs_tflite(profile: Any) -> tuple:
+    """(the profile, the tflite backend), or the error when either cannot serve."""
+    prof = profile if isinstance(profile, profiles.Profile) else profiles.load(profile)
+    be = converters.get("tflite")
+    be.ensure_available()
+    if "tflite" not in prof.data["runtimes"]["ranked"]:
+        raise ProfileError(
+            f"profile {prof.name} does not run backend 'tflite'; it runs: {', '.join(prof.data['runtimes']['ranked'])}"
+        )
+    return prof, be
+
+
+def _renamed(specs: List[TensorSpec], entries: List[Dict[str, Any]]) -> List[TensorSpec]:
+    """The .tflite's tensors under the original's names (``entries``: the runner's io, by tensor name)."""
+    by_tensor = {e["tensor"]: e["name"] for e in entries}
+    return [TensorSpec(by_tensor.get(s.name, s.name), s.shape, s.dtype, s.layout) for s in specs]
+
+
+def _sized(spec: TensorSpec, value: np.ndarray) -> TensorSpec:
+    return TensorSpec(spec.name, list(value.shape), spec.dtype, guess_layout(list(value.shape)))
+
+
+def _judged(origin: Origin, ds: Dataset, results: List[dict], opts: BuildOptions, log: Any) -> Dict[str, Any]:
+    """The conversion's fidelity step: the original's outputs against LiteRT running the .tflite."""
+    thresholds = thresholds_for(
+        origin.precision, opts.min_cosine, opts.min_top1, opts.max_accuracy_drop, min_score=opts.min_score
+    )
+    record = check_step(
+        origin.step,
+        origin.original,
+        results,
+        ds.labels,
+        thresholds,
+        opts.allow_degraded,
+        task=opts.task,
+        metric=opts.metric,
+    )
+    record["reference"] = origin.reference
+    log(f"  {origin.step}: {'ok' if record['passed'] else 'DEGRADED'} - {summary(record)}")
+    return record
+
+
+def _as_converted(report: Dict[str, Any], origin: Origin, step: Any) -> None:
+    """A converted build's report: the export section and its judged step instead of 'taken as given'."""
+    report.pop("taken_as_given")
+    report["precision_detail"] = origin.precision
+    report["source_size_bytes"] = origin.section.get("source_size_bytes")
+    section = dict(origin.section)
+    section["step"] = {k: step[k] for k in ("step", "samples", "passed", "failures", "outputs") if k in step}
+    report["export"] = section
+    report["fidelity"]["steps"] = [step]
+    report["fidelity"]["passed"] = bool(step["passed"])
+    report["fidelity"]["thresholds"] = step.get("thresholds", {})
+    report["ops_graph"] = "the built .tflite model's operators"
 
 
 def read_specs(path: Path) -> tuple:

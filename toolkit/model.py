@@ -260,9 +260,9 @@ def _read(path: Path) -> tuple[onnx.ModelProto, bytes]:
         raise ModelError(f"model file not found: {path}")
     if path.suffix.lower() not in (".onnx",):
         raise ModelError(
-            f"{path} is not an ONNX model (.onnx expected); edgekit build also takes a PyTorch .pt2/.pt and a "
-            ".tflite (docs/INTAKE.md), not yet TensorFlow/Keras or Paddle models: export those to ONNX first "
-            "(tf2onnx, paddle2onnx)"
+            f"{path} is not an ONNX model (.onnx expected); edgekit build also takes a PyTorch .pt2/.pt, a "
+            "TensorFlow SavedModel directory, a Keras .keras/.h5 file and a .tflite (docs/INTAKE.md), not yet "
+            "Paddle models: export those to ONNX first (paddle2onnx)"
         )
     raw = path.read_bytes()
     try:

@@ -36,11 +36,15 @@ def _intake_lines(r: dict[str, Any]) -> list[str]:
     ex = r.get("export")
     if ex:
         dims = ", ".join(f"{n} axes {sorted(d)}" for n, d in ex["dynamic_dims"].items() if isinstance(d, dict))
+        framework = ex.get("framework", "PyTorch")
+        into = f"ONNX opset {ex['opset']}" if "opset" in ex else "TFLite"
+        version = ex.get("framework_version") or (
+            f"torch {ex['torch']}" if "torch" in ex else f"TensorFlow {ex.get('tensorflow')}"
+        )
         return [
-            f"  export     {ex.get('framework', 'PyTorch')} {ex['from']}"
-            f"{' ' + Path(ex['file']).name if ex.get('file') else ''} -> ONNX opset {ex['opset']} by "
-            f"{ex['exporter'].split(':')[0]} ({ex.get('framework_version') or 'torch ' + ex['torch']}) in "
-            f"{ex['export_seconds']} s" + (f"; dynamic: {dims}" if dims else "")
+            f"  export     {framework} {ex['from']}{' ' + Path(ex['file']).name if ex.get('file') else ''} -> {into} "
+            f"by {ex['exporter'].split(':')[0]} ({version}) in {ex['export_seconds']} s"
+            + (f"; dynamic: {dims}" if dims else "")
         ] + ([f"             fallback: {ex['fallback']}"] if ex.get("fallback") else [])
     given = r.get("taken_as_given")
     if given:

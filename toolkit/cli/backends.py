@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "remove a backend's tool environment",
     )
     s.add_argument("action", nargs="?", choices=["list", "install", "remove"], default="list")
-    s.add_argument("name", nargs="?", help="backend (install, remove)")
+    s.add_argument(
+        "name", nargs="?", help="backend (install, remove), or tensorflow: the environment of TensorFlow model intake"
+    )
     output_options(s)
     s.set_defaults(func=run_backends)
 

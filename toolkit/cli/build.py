@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "model",
         help="the model: an .onnx file; a PyTorch .pt2 (ExportedProgram) or TorchScript .pt, exported to ONNX here "
-        "(needs torch: pip install 'edgekit[torch]'); a .tflite, deployed as it is (tflite backend); a Paddle "
-        "inference model (.pdmodel + .pdiparams, or their directory), read in the paddlelite tool environment "
+        "(needs torch: pip install 'edgekit[torch]'); a TensorFlow SavedModel directory or Keras .keras/.h5 file "
+        "(TensorFlow runs in a tool environment made on first use); a .tflite, deployed as it is (tflite backend); "
+        "a Paddle inference model (.pdmodel + .pdiparams, or their directory), read in the paddlelite tool environment "
         "(docs/INTAKE.md)",
     )
     s.add_argument(

@@ -36,6 +36,10 @@ def backends() -> list[dict[str, Any]]:
 def _backend_spec(name: str) -> ToolEnvSpec:
     from edgekit import converters
 
+    if name == "tensorflow":  # not a backend: TensorFlow model intake (edgekit.intake_tf)
+        from ..intake_tf import TOOLENV
+
+        return TOOLENV
     be = converters.get(name)
     if getattr(be, "toolenv", None) is None:
         raise BackendUnavailable(
