@@ -103,7 +103,13 @@ def install(
             )
         payload += size - offset
         resumed += offset
-    result = device.call("verifying and committing the bundle", device.client.commit, name, version, verify=True)
+    from .signing import signature_of
+
+    signed = signature_of(bundle_dir)  # travels beside the manifest; a device that trusts signers checks it
+    extra = {"signature": signed} if signed else {}
+    result = device.call(
+        "verifying and committing the bundle", device.client.commit, name, version, verify=True, **extra
+    )
     log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
     result["transfer"] = {
         "files_sent": len(state.get("missing", [])),

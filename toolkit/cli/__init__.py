@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import EdgekitError
-from . import agent, backends, build, deploy, device, explain, field, profile, profiles
+from . import agent, backends, build, deploy, device, explain, field, profile, profiles, sign
 from .output import error
 from .parsing import Parser, subparser_for
 
@@ -30,7 +30,7 @@ EXIT_CODES = {
     130: "interrupted (Ctrl-C)",
 }
 #: command modules, in the order ``edgekit --help`` lists them
-COMMANDS = (profiles, build, deploy, profile, agent, device, field, explain, backends)
+COMMANDS = (profiles, build, sign, deploy, profile, agent, device, field, explain, backends)
 
 
 def exit_codes_text() -> str:
