@@ -303,5 +303,9 @@ def test_cli_device_trust_and_agent_start(keys, tmp_path, agent_roots):
     assert [s["identity"] for s in one_json(r.stdout)["signers"]] == ["m"]
     r = run_cli("agent", "status", "--trusted-signers", str(signers), "--device-root", root)
     assert r.returncode == 1 and "given to `edgekit agent start`" in r.stderr
+    r = run_cli("device", "trust", "remove", "m", "--device-root", root)
+    assert r.returncode == 0 and "removed m: 0 trusted signer(s)" in r.stdout, r.stderr
+    r = run_cli("device", "trust", "list", "--device-root", root)
+    assert "none: every install is refused" in r.stdout
     r = run_cli("device", "trust", "off", "--device-root", root)
     assert r.returncode == 0 and "installs unsigned bundles again" in r.stdout

@@ -6,6 +6,7 @@ that has no network (wheels downloaded here, pushed over the transport).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..errors import EdgekitError
@@ -24,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         help="setup: the bundle whose runtime (backend and version) to install; trust: add | list | remove | off",
     )
-    s.add_argument("key", nargs="?", help="trust add|remove: the signer's public key file (KEY.pub)")
+    s.add_argument(
+        "key", nargs="?", help="trust add: the signer's public key file (KEY.pub); trust remove: it, or its identity"
+    )
     s.add_argument("--identity", help="trust add: the name the key signs as (default: its comment); remove: it")
     s.add_argument("--backend", help="setup: the backend whose runtime to install (default: the bundle's)")
     s.add_argument("--version", help="setup: the runtime version (default: the one the bundle was checked with)")
@@ -81,8 +84,11 @@ def trust_device(args: argparse.Namespace) -> dict[str, Any]:
         raise EdgekitError(f"device trust takes one of {', '.join(ACTIONS)} (got {args.bundle or 'nothing'})")
     if args.backend or args.version:
         raise EdgekitError("device trust takes no --backend or --version")
+    key, identity = args.key, args.identity
+    if args.bundle == "remove" and key and not identity and not Path(key).expanduser().is_file():
+        key, identity = None, key  # `device trust remove NAME`: a signer's identity, not a key file
     with open_device(args) as dev:
-        return trust(dev, args.bundle, args.key, args.identity)
+        return trust(dev, args.bundle, key, identity)
 
 
 def trust_text(r: dict[str, Any]) -> str:
