@@ -261,7 +261,7 @@ class Uploads(object):
             if os.path.isdir(final):  # a kept version: serving it again is an install too
                 if signature is not None:
                     self._attach_signature(final, self._kept_manifest(final), signature)
-                self.trust.check(final, what)
+                signer = self.trust.check(final, what)
             else:
                 staging, manifest = self._staged_manifest(name, version)
                 check_manifest(manifest)
@@ -277,7 +277,7 @@ class Uploads(object):
                         raise StoreError(
                             "cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422
                         )
-                self.trust.check(staging, what)  # before anything of the bundle is loaded
+                signer = self.trust.check(staging, what)  # before anything of the bundle is loaded
                 if verify is not None:
                     verify(staging, manifest)
                 self.seal(staging, manifest)  # encrypted at rest (with a key) once checked and loadable
@@ -289,7 +289,10 @@ class Uploads(object):
             previous = self.current_version(name)
             self._point_current(name, version)
             self._prune(name, keep=(version, previous))
-            return {"name": name, "version": version, "previous": previous}
+            result = {"name": name, "version": version, "previous": previous}  # type: Dict[str, Any]
+            if signer is not None:
+                result["signed_by"] = signer
+            return result
 
     @staticmethod
     def _kept_manifest(directory: str) -> Dict[str, Any]:

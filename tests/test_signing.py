@@ -164,7 +164,9 @@ def test_a_device_that_trusts_a_key_installs_only_what_it_signed(keys, tiny_bund
     signed = tmp_path / "signed"
     shutil.copytree(tiny_bundle, signed)
     signing.sign(signed, keys["alice"])
-    deploy(signed, dev, bench=False)  # no trust yet: installs as before, the signature kept beside it
+    said: list[str] = []
+    deploy(signed, dev, bench=False, log=said.append)  # no trust yet: installs as before, and says so
+    assert any("notice: the bundle is signed but the device trusts no keys" in line for line in said), said
     v1 = bundle_mod.load(signed)["id"]
     listed = trust(dev, "add", f"{keys['alice']}.pub")
     assert listed["added"] == "alice@lab" and listed["signers"] == 1
@@ -201,7 +203,7 @@ def test_a_device_that_trusts_a_key_installs_only_what_it_signed(keys, tiny_bund
 
     signing.sign(unsigned, keys["alice"])  # the refused upload, signed: installs (its staged files are reused)
     r = deploy(unsigned, dev, bench=False)
-    assert r["installed"]["transfer"]["files_sent"] == 0
+    assert r["installed"]["transfer"]["files_sent"] == 0 and r["installed"]["signed_by"] == "alice@lab"
     serves(dev, v2)
     installed = os.path.join(dev.root, "models", "tiny", "versions", v2)
     assert Path(installed, "manifest.json").read_bytes() == (unsigned / "manifest.json").read_bytes()

@@ -111,6 +111,13 @@ def install(
         "verifying and committing the bundle", device.client.commit, name, version, verify=True, **extra
     )
     log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
+    if result.get("signed_by"):
+        log(f"  signature checked by the device: signed by {result['signed_by']}")
+    elif signed:
+        log(
+            "  notice: the bundle is signed but the device trusts no keys, so it checked nothing; "
+            "`edgekit device trust add KEY.pub` makes it install only signed bundles"
+        )
     result["transfer"] = {
         "files_sent": len(state.get("missing", [])),
         "files_reused": len(state.get("reused", [])),
