@@ -71,6 +71,15 @@ class Trust(object):
         None when this device has no trusted signers (nothing is checked)."""
         if not self.configured():
             return None
+        try:
+            return self._check(directory, what)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise SignatureRefused(
+                "%s was not installed: checking its signature with ssh-keygen failed (%s: %s); the device installs "
+                "only bundles whose signature it could check" % (what, type(e).__name__, e)
+            ) from None
+
+    def _check(self, directory: str, what: str) -> str:
         tool = _ssh_keygen()
         if tool is None:
             raise SignatureRefused(

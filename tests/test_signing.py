@@ -247,11 +247,20 @@ def test_no_ssh_keygen_on_the_device_refuses_installs(keys, tiny_bundle, tmp_pat
     for f in manifest["files"]:
         with open(tiny_bundle / f["name"], "rb") as data:
             store.receive("tiny", manifest["id"], f["name"], data, f["size"])
+    copy = tmp_path / "signed"
+    shutil.copytree(tiny_bundle, copy)
+    signing.sign(copy, keys["alice"])
+    signed = signing.signature_of(copy)
     env_path = os.environ["PATH"]
     os.environ["PATH"] = str(tmp_path)
     try:
         with pytest.raises(SignatureRefused, match="has no ssh-keygen to check signatures with; install OpenSSH"):
             store.commit("tiny", manifest["id"])
+        broken = tmp_path / "ssh-keygen"
+        broken.write_bytes(b"\x7fELF not a program")
+        broken.chmod(0o755)
+        with pytest.raises(SignatureRefused, match="checking its signature with ssh-keygen failed"):
+            store.commit("tiny", manifest["id"], signature=signed)
     finally:
         os.environ["PATH"] = env_path
     assert store.current_version("tiny") is None
