@@ -99,6 +99,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     pr.add_argument("--warmup", type=int, default=3)
     pr.add_argument("--threads", type=int)
     pr.add_argument("--provider", action="append", dest="providers", help="accelerator to ask for (repeatable)")
+    t = sub.add_parser("trust", help="the keys this device trusts to sign bundles (ROOT/trust/allowed_signers)")
+    t.add_argument("action", choices=["list", "add", "remove", "set", "off"])
+    t.add_argument("--root", default=DEFAULT_ROOT)
+    t.add_argument("--key", help="add: the public key ('ssh-ed25519 AAAA...'); remove: it, or --identity")
+    t.add_argument("--identity", help="add: the name it signs as; remove: the signer to remove")
+    t.add_argument("--file", help="set: an allowed_signers file that replaces the list (it is removed afterwards)")
     sub.add_parser("version")
     args = p.parse_args(argv)
     root = getattr(args, "root", None)
@@ -122,6 +128,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
         )
         return 0
+    if args.cmd == "trust":
+        from .trust import main_trust
+
+        return main_trust(args.root, args.action, args.key, args.identity, args.file)
     if args.cmd in ("bench", "profile"):
         from .bench import main_bench
         from .profiling import main_profile

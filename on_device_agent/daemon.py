@@ -63,6 +63,7 @@ def alive(pid: int) -> bool:
 def _healthy(state: Dict[str, Any], timeout: float = 2.0) -> bool:
     import http.client
 
+    conn = None
     try:
         conn = http.client.HTTPConnection(
             "127.0.0.1" if state["host"] in ("0.0.0.0", "") else state["host"], state["port"], timeout=timeout
@@ -73,11 +74,12 @@ def _healthy(state: Dict[str, Any], timeout: float = 2.0) -> bool:
             if token:
                 headers["Authorization"] = "Bearer " + token
         conn.request("GET", "/v1/health", headers=headers)
-        ok = conn.getresponse().status in (200, 401)
-        conn.close()
-        return ok
+        return conn.getresponse().status in (200, 401)
     except (OSError, ValueError, KeyError):
         return False
+    finally:
+        if conn is not None:
+            conn.close()  # also when the agent did not answer in time (one that is starting, or busy)
 
 
 def _is_agent(state: Dict[str, Any]) -> bool:

@@ -214,7 +214,8 @@ class _Counted(object):
 
 @route("POST", "/v1/bundles/([^/]+)/([^/]+)/commit")
 def commit(h: Handler, name: str, version: str) -> Dict[str, Any]:
-    return h.service.commit(name, version, verify=bool(h.json_body().get("verify")))
+    body = h.json_body()
+    return h.service.commit(name, version, verify=bool(body.get("verify")), signature=body.get("signature"))
 
 
 @route("GET", "/metrics")

@@ -26,6 +26,7 @@ from .sessions import MAX_SESSIONS, TTL_S, SessionTable
 from .store import Store, StoreError, check_name, uncached
 from .telemetry import Recorder
 from .traffic import TrafficSplit
+from .trust import SignatureRefused
 from .variants import VariantRunner, make_runner
 
 
@@ -371,8 +372,15 @@ class AgentService(Serving):
     ) -> Dict[str, Any]:
         return self.store.receive(name, version, filename, stream, length, offset)
 
-    def commit(self, name: str, version: str, verify: bool = False) -> Dict[str, Any]:
-        result = self.store.commit(name, version, verify=verify_loads if verify else None)
+    def commit(self, name: str, version: str, verify: bool = False, signature: Any = None) -> Dict[str, Any]:
+        """Install an uploaded (or kept) version; ``signature``: the signed manifest and its signature (see
+        :meth:`Store.commit`). A refused signature is an ``install_refused`` event, and the model keeps serving."""
+        try:
+            result = self.store.commit(name, version, verify=verify_loads if verify else None, signature=signature)
+        except SignatureRefused as e:
+            if self.recorder:
+                self.recorder.event("install_refused", name, version, {"reason": str(e)})
+            raise
         if self.recorder:
             self.recorder.event("install", name, version, {"previous": result["previous"]})
         return result

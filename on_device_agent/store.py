@@ -29,6 +29,7 @@ from .storefiles import (  # noqa: F401  (re-exported: the store's API)
     regular,
     sha256_file,
 )
+from .trust import Trust
 from .uploads import Uploads
 
 
@@ -41,6 +42,7 @@ class Store(Uploads):
     def __init__(self, root: str, sealer: Any = None) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.sealer = sealer  # an atrest.Sealer: installed files are encrypted at rest
+        self.trust = Trust(self.root)  # ROOT/trust/allowed_signers: installs must be signed by one of its keys
         self.models_dir = os.path.join(self.root, "models")
         if not os.path.isdir(self.models_dir):
             os.makedirs(self.models_dir)

@@ -8,7 +8,7 @@ import stat
 from typing import Any
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-RESERVED = ("manifest.json",)
+RESERVED = ("manifest.json", "manifest.json.sig")
 KEEP_VERSIONS = 3
 CHUNK = 1 << 16
 STALE_STAGING_S = 3600.0  # an upload untouched this long is abandoned; disk full removes it

@@ -23,9 +23,12 @@ from .storefiles import (
     regular,
     sha256_file,
 )
+from .trust import SIGNATURE
 
 if TYPE_CHECKING:
     import threading
+
+    from .trust import Trust
 
 
 class Uploads(object):
@@ -34,6 +37,7 @@ class Uploads(object):
     if TYPE_CHECKING:  # what the store provides
         models_dir: str
         seal: Callable[[str, Dict[str, Any]], None]
+        trust: Trust
         _lock: threading.RLock
 
         def _model_dir(self, name: str) -> str: ...
@@ -229,25 +233,40 @@ class Uploads(object):
         fsync_dir(staging)
         return {"file": filename, "verified": True, "resumed_at": offset}
 
-    def commit(self, name: str, version: str, verify: Optional[Callable] = None) -> Dict[str, Any]:
+    def commit(
+        self, name: str, version: str, verify: Optional[Callable] = None, signature: Any = None
+    ) -> Dict[str, Any]:
         try:
-            return self._commit(name, version, verify)
+            return self._commit(name, version, verify, signature)
         except OSError as e:
             if not disk_full(e):
                 raise
             raise self._disk_full(name, version, e) from None
 
     def _commit(
-        self, name: str, version: str, verify: Optional[Callable[[str, Dict[str, Any]], Any]] = None
+        self,
+        name: str,
+        version: str,
+        verify: Optional[Callable[[str, Dict[str, Any]], Any]] = None,
+        signature: Any = None,
     ) -> Dict[str, Any]:
-        """Verify every staged file again, optionally check that the bundle loads (``verify(dir,
-        manifest)`` raises StoreError if not), move it into place, switch ``current``."""
+        """Verify every staged file again, check the manifest's signature when the device trusts signers
+        (``signature``: ``{"manifest": its text as signed, "signature": manifest.json.sig}``, kept beside it),
+        optionally check that the bundle loads (``verify(dir, manifest)`` raises StoreError if not), move it
+        into place, switch ``current``."""
         with self._lock:
             model_dir = self._model_dir(name)
             final = os.path.join(model_dir, "versions", version)
-            if not os.path.isdir(final):
+            what = "%s version %s" % (name, version)
+            if os.path.isdir(final):  # a kept version: serving it again is an install too
+                if signature is not None:
+                    self._attach_signature(final, self._kept_manifest(final), signature)
+                signer = self.trust.check(final, what)
+            else:
                 staging, manifest = self._staged_manifest(name, version)
                 check_manifest(manifest)
+                if signature is not None:
+                    self._attach_signature(staging, manifest, signature)
                 for entry in manifest["files"]:
                     p = os.path.join(staging, entry["name"])
                     if not os.path.isfile(p):
@@ -258,6 +277,7 @@ class Uploads(object):
                         raise StoreError(
                             "cannot commit %s %s: %s no longer matches its sha256" % (name, version, entry["name"]), 422
                         )
+                signer = self.trust.check(staging, what)  # before anything of the bundle is loaded
                 if verify is not None:
                     verify(staging, manifest)
                 self.seal(staging, manifest)  # encrypted at rest (with a key) once checked and loadable
@@ -269,7 +289,44 @@ class Uploads(object):
             previous = self.current_version(name)
             self._point_current(name, version)
             self._prune(name, keep=(version, previous))
-            return {"name": name, "version": version, "previous": previous}
+            result = {"name": name, "version": version, "previous": previous}  # type: Dict[str, Any]
+            if signer is not None:
+                result["signed_by"] = signer
+            return result
+
+    @staticmethod
+    def _kept_manifest(directory: str) -> Dict[str, Any]:
+        with open(os.path.join(directory, "manifest.json")) as f:
+            return json.load(f)
+
+    @staticmethod
+    def _attach_signature(directory: str, manifest: Dict[str, Any], signature: Any) -> None:
+        """Keep the manifest as it was signed (its exact bytes) and its signature in ``directory``."""
+        if not (
+            isinstance(signature, dict)
+            and isinstance(signature.get("manifest"), str)
+            and isinstance(signature.get("signature"), str)
+            and len(signature["signature"]) < 65536
+        ):
+            raise StoreError('"signature" must be {"manifest": the signed manifest.json text, "signature": its .sig}')
+        try:
+            signed = json.loads(signature["manifest"])
+        except ValueError:
+            signed = None
+        if signed != manifest:
+            raise StoreError(
+                "the signed manifest sent with the commit is not the manifest of this upload; sign the bundle "
+                "again (`edgekit sign`) and deploy it",
+                422,
+            )
+        for fname, text in (("manifest.json", signature["manifest"]), (SIGNATURE, signature["signature"])):
+            tmp = os.path.join(directory, fname + ".part")
+            with open(tmp, "wb") as f:
+                f.write(text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(directory, fname))
+        fsync_dir(directory)
 
     def _disk_full(self, name: str, version: str, error: OSError) -> StoreError:
         """Answer a full disk: remove this upload's staging and abandoned ones; the error that says so."""

@@ -182,11 +182,15 @@ class Device:
     def agent_status(self) -> dict[str, Any]:
         return self._agent_command("status")
 
-    def _agent_command(self, action: str) -> dict[str, Any]:
+    def trust(self, action: str, *extra: str) -> dict[str, Any]:
+        """``edgekit-agent trust ACTION`` on the device (its trusted signers; see :mod:`edgekit.trust`)."""
+        return self._agent_command("trust", action, *extra)
+
+    def _agent_command(self, action: str, *extra: str) -> dict[str, Any]:
         if self.info is None:
             self.probe()
         self.step(f"{action} of the agent")
-        r = self._agent(action, timeout=60)
+        r = self._agent(action, 60, *extra)
         said = r.stderr + r.stdout
         if not r.ok and ("No such file" in said or "can't open file" in said):
             raise EdgekitError(

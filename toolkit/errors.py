@@ -11,6 +11,7 @@ else in the package catches them.
     ├── ConversionError     a backend failed to convert or quantize
     ├── FidelityError       the built model drifted past the fidelity thresholds
     ├── BundleError         a bundle directory is missing files or fails its hashes
+    │   └── SigningError    a bundle's signature cannot be made, or does not verify
     ├── BackendUnavailable  a runtime or tool is not installed here (says how to get it)
     ├── TransportError      could not reach, or lost, the device
     └── AgentError          the on-device agent refused or failed a request
@@ -50,6 +51,10 @@ class FidelityError(EdgekitError):
 
 
 class BundleError(EdgekitError):
+    pass
+
+
+class SigningError(BundleError):
     pass
 
 

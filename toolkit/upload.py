@@ -103,8 +103,21 @@ def install(
             )
         payload += size - offset
         resumed += offset
-    result = device.call("verifying and committing the bundle", device.client.commit, name, version, verify=True)
+    from .signing import signature_of
+
+    signed = signature_of(bundle_dir)  # travels beside the manifest; a device that trusts signers checks it
+    extra = {"signature": signed} if signed else {}
+    result = device.call(
+        "verifying and committing the bundle", device.client.commit, name, version, verify=True, **extra
+    )
     log(f"installed {name} {version} (previous: {result.get('previous') or 'none'})")
+    if result.get("signed_by"):
+        log(f"  signature checked by the device: signed by {result['signed_by']}")
+    elif signed:
+        log(
+            "  notice: the bundle is signed but the device trusts no keys, so it checked nothing; "
+            "`edgekit device trust add KEY.pub` makes it install only signed bundles"
+        )
     result["transfer"] = {
         "files_sent": len(state.get("missing", [])),
         "files_reused": len(state.get("reused", [])),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import EdgekitError
-from . import agent, backends, build, deploy, device, explain, field, profile, profiles, pull, rollout
+from . import agent, backends, build, deploy, device, explain, field, profile, profiles, pull, rollout, sign
 from .output import error
 from .parsing import Parser, subparser_for
 
@@ -30,7 +30,7 @@ EXIT_CODES = {
     130: "interrupted (Ctrl-C)",
 }
 #: command modules, in the order ``edgekit --help`` lists them
-COMMANDS = (profiles, build, deploy, pull, profile, agent, device, field, rollout, explain, backends)
+COMMANDS = (profiles, build, sign, deploy, pull, profile, agent, device, field, rollout, explain, backends)
 
 
 def exit_codes_text() -> str:

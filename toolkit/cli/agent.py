@@ -20,6 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     backend_agent_option(s)
     encrypt_key_option(s)
     pull_config.add_arguments(s)  # start: the agent learns what to run from an MQTT broker (docs/FLEET.md)
+    s.add_argument(
+        "--trusted-signers",
+        metavar="FILE",
+        help="start: install this OpenSSH allowed_signers file (here) as the keys the device trusts; from then on "
+        "it installs only bundles they signed (edgekit sign)",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run_agent)
 
@@ -42,11 +48,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_agent(args: argparse.Namespace) -> int:
     if args.encrypt_key and args.action != "start":
         raise EdgekitError("--encrypt-key is given to `edgekit agent start` (or deploy), not to " + args.action)
+    if args.trusted_signers and args.action != "start":
+        raise EdgekitError("--trusted-signers is given to `edgekit agent start`, not to " + args.action)
     pull = _pull_args(args)
     with open_device(args, backend=args.backend) as dev:
         dev.agent_args = pull
+        trusted = None
+        if args.trusted_signers:
+            from ..trust import install_signers
+
+            trusted = install_signers(dev, args.trusted_signers)
         action = {"start": dev.start_agent, "stop": dev.stop_agent, "status": dev.agent_status}[args.action]
         result = action()
+        if trusted is not None:
+            result["trust"] = trusted
     emit(args, result, render.agent_state)
     return 0
 

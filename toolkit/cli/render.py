@@ -66,6 +66,8 @@ def agent_state(d: dict[str, Any]) -> str:
         shown["encrypted at rest"] = (
             f"{d['encrypt']['cipher']}, key {d['encrypt']['key']} (id {d['encrypt']['key_id']})"
         )
+    if d.get("trust"):
+        shown["trusted signers"] = f"{d['trust']['signers']} in {d['trust']['file']} (installs must be signed)"
     return "\n".join([head, *fields(shown, "  ")]) + "\n"
 
 

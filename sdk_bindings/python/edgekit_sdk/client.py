@@ -312,11 +312,18 @@ class AgentClient(object):
             length=length,
         )
 
-    def commit(self, name: str, version: str, verify: bool = False) -> Dict[str, Any]:
-        """Install an uploaded version; with ``verify`` the agent first checks it loads and runs on the device."""
+    def commit(
+        self, name: str, version: str, verify: bool = False, signature: Optional[Dict[str, str]] = None
+    ) -> Dict[str, Any]:
+        """Install an uploaded version; with ``verify`` the agent first checks it loads and runs on the device.
+        ``signature``: ``{"manifest": manifest.json's text, "signature": manifest.json.sig's text}`` of a signed
+        bundle (a device that trusts signers installs nothing else)."""
+        body = {"verify": bool(verify)}  # type: Dict[str, Any]
+        if signature is not None:
+            body["signature"] = signature
         return self.request(
             "POST",
             "/v1/bundles/%s/%s/commit" % (name, version),
-            {"verify": bool(verify)},
+            body,
             timeout=max(self.timeout, 330),
         )
