@@ -16,12 +16,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from .pull_layout import PayloadError, blob_path, digest_hex, join_url, manifest_path
+from .pull_layout import PayloadError, blob_path, digest_hex, join_url, manifest_path, signature_path
 from .storefiles import StoreError, check_name
 
 MANIFEST_MAX = 16 << 20
+SIGNATURE_MAX = 64 << 10  # an SSH signature is about 300 bytes
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)\Z")
 TRANSIENT = (OSError, http.client.HTTPException, socket.timeout)
 
@@ -73,6 +74,25 @@ class Fetcher(object):
 
     def manifest(self, store_url: str, digest: str) -> Dict[str, Any]:
         """The manifest a digest names, its bytes checked against the digest."""
+        return self._manifest(store_url, digest)[0]
+
+    def signature(self, store_url: str, digest: str) -> Optional[str]:
+        """The signature published beside the manifest (``edgekit sign``), or None when the bundle is unsigned. The
+        store's commit judges it against the device's trusted keys: an unsigned bundle is refused where any is."""
+        url = join_url(store_url, signature_path(digest_hex(digest)))
+        try:
+            resp = self._open(url)
+        except FetchError as e:
+            if e.status in (403, 404):  # S3 answers 403 for a missing key it may not list
+                return None
+            raise
+        with resp:
+            body = resp.read(SIGNATURE_MAX + 1)
+        if len(body) > SIGNATURE_MAX:
+            raise FetchError("the signature at %s is over %d bytes; not an SSH signature" % (url, SIGNATURE_MAX), True)
+        return body.decode("ascii", "replace")
+
+    def _manifest(self, store_url: str, digest: str) -> Tuple[Dict[str, Any], str]:
         want = digest_hex(digest)
         url = join_url(store_url, manifest_path(want))
         try:
@@ -102,7 +122,7 @@ class Fetcher(object):
             raise FetchError("the manifest at %s is not JSON (%s)" % (url, e), permanent=True) from None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("id"), str):
             raise FetchError("the manifest at %s has no bundle id; rebuild and publish the bundle" % url, True)
-        return manifest
+        return manifest, body.decode("utf-8")
 
     def _fetch_file(self, name: str, version: str, entry: Dict[str, Any], store_url: str, offset: int) -> int:
         """Fetch one blob into staging from ``offset``; returns the offset it resumed at."""
@@ -138,14 +158,16 @@ class Fetcher(object):
         name: str,
         store_url: str,
         digest: str,
-        commit: Optional[Callable[[str, str], Dict[str, Any]]] = None,
+        commit: Optional[Callable[[str, str, Any], Dict[str, Any]]] = None,
     ) -> Dict[str, Any]:
         """Install the bundle ``digest`` from ``store_url`` as model ``name``; FetchError when it cannot.
 
-        ``commit(name, version)`` switches to it (default ``store.commit``; the agent passes its own, which checks
-        that the bundle loads and records the install). Returns the commit's result with a ``transfer`` summary."""
+        ``commit(name, version, signature)`` switches to it (default ``store.commit``; the agent passes its own,
+        which checks that the bundle loads and records the install); ``signature`` is the published manifest's text
+        and its signature (None for an unsigned bundle), which the store checks against the trusted keys. Returns
+        the commit's result with a ``transfer`` summary."""
         check_name("model name", name)
-        commit = commit or self.store.commit
+        commit = commit or (lambda n, v, sig: self.store.commit(n, v, signature=sig))
         delay = self.backoff_s
         transfer = {"files_fetched": 0, "files_reused": 0, "payload_bytes": 0, "resumed_bytes": 0, "attempts": 0}
         last = None  # type: Optional[BaseException]
@@ -176,10 +198,10 @@ class Fetcher(object):
         name: str,
         store_url: str,
         digest: str,
-        commit: Callable[[str, str], Dict[str, Any]],
+        commit: Callable[[str, str, Any], Dict[str, Any]],
         transfer: Dict[str, int],
     ) -> Dict[str, Any]:
-        manifest = self.manifest(store_url, digest)
+        manifest, text = self._manifest(store_url, digest)
         version = manifest["id"]
         if manifest.get("name") not in (None, name):
             raise FetchError(
@@ -203,6 +225,7 @@ class Fetcher(object):
             transfer["files_fetched"] += 1
             transfer["payload_bytes"] += entry["size"] - offset
             transfer["resumed_bytes"] += offset
-        result = dict(commit(name, version))
+        sig = self.signature(store_url, digest)
+        result = dict(commit(name, version, None if sig is None else {"manifest": text, "signature": sig}))
         result["transfer"] = transfer
         return result

@@ -53,6 +53,11 @@ def manifest_path(digest: str) -> str:
     return "manifests/sha256/%s" % digest_hex(digest)
 
 
+def signature_path(digest: str) -> str:
+    """Where ``edgekit publish`` puts a signed bundle's signature: beside its manifest (it signs those bytes)."""
+    return manifest_path(digest) + ".sig"
+
+
 def index_path(bundle_id: str) -> str:
     return "bundles/%s.json" % bundle_id
 

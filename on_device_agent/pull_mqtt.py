@@ -176,8 +176,8 @@ class PullAgent(object):
         self.log("installed %s %s" % (name, result["version"]))
         self._publish(self.events_topic, event, retain=False)
 
-    def _commit(self, name: str, version: str) -> Dict[str, Any]:
-        return dict(self.service.commit(name, version, verify=True))
+    def _commit(self, name: str, version: str, signature: Any = None) -> Dict[str, Any]:
+        return dict(self.service.commit(name, version, verify=True, signature=signature))
 
     def state(self) -> Dict[str, Any]:
         """What the agent runs (every installed model), what it was asked to, and what failed."""

@@ -71,7 +71,8 @@ def test_fetch_installs_from_nginx_and_reuses_installed_files(versions, tmp_path
         assert r2["previous"] == r1["version"] and r2["transfer"]["files_fetched"] == 1  # only the new blob
         assert r2["transfer"]["files_reused"] >= 1
         assert fetcher.install("tiny", nginx.url, d2)["unchanged"]
-        assert all(" 200 " in line for line in nginx.requests())
+        # every blob and manifest whole (200); the signature each unsigned bundle may have had, not there (404)
+        assert all(" 200 " in line or line.split()[0].endswith(".sig") and " 404 " in line for line in nginx.requests())
 
 
 @needs_nginx
@@ -150,3 +151,38 @@ def test_desired_payloads_and_names_are_checked():
     for bad in ("http://b", "mqtt://user:pw@b"):
         with pytest.raises(PayloadError):
             parse_broker(bad)
+
+
+@needs_nginx
+def test_a_device_that_trusts_a_key_pulls_only_what_it_signed(versions, tmp_path):
+    """`edgekit publish` puts a signed bundle's signature beside its manifest; the fetcher brings it to the store's
+    commit, which judges it against the device's trusted keys: unsigned or signed by another key is refused, the
+    old version still serving; signed by the trusted key installs and names its signer."""
+    from edgekit import signing
+    from edgekit_agent.trust import Trust
+
+    alice = signing.keygen(tmp_path / "keys" / "alice", "alice")
+    mallory = signing.keygen(tmp_path / "keys" / "mallory", "mallory")
+    store_dir = tmp_path / "store"
+    signing.sign(versions[0], alice, "alice@lab")
+    first = publish(versions[0], store_dir)
+    assert first["signed"] and (store_dir / "manifests/sha256" / (first["digest"][7:] + ".sig")).is_file()
+    unsigned = publish(versions[1], store_dir)
+    assert not unsigned["signed"]
+    device = Store(str(tmp_path / "device"))
+    Trust(device.root).add(signing.public_key(alice), "alice@lab")
+    with Nginx(store_dir) as nginx:
+        r1 = Fetcher(device).install("tiny", nginx.url, first["digest"])
+        assert r1["signed_by"] == "alice@lab" and device.current_version("tiny") == r1["version"]
+        with pytest.raises(FetchError, match="not signed") as e:
+            Fetcher(device).install("tiny", nginx.url, unsigned["digest"])
+        assert e.value.permanent and device.current_version("tiny") == r1["version"]
+        signing.sign(versions[1], mallory, "mallory")  # signed, by a key the device does not trust
+        assert publish(versions[1], store_dir)["digest"] == unsigned["digest"]  # same manifest: same digest
+        with pytest.raises(FetchError, match="not trust|untrusted|not one of"):
+            Fetcher(device).install("tiny", nginx.url, unsigned["digest"])
+        assert device.current_version("tiny") == r1["version"]
+        signing.sign(versions[1], alice, "alice@lab")
+        publish(versions[1], store_dir)
+        r2 = Fetcher(device).install("tiny", nginx.url, unsigned["digest"])
+        assert r2["signed_by"] == "alice@lab" and r2["previous"] == r1["version"]
