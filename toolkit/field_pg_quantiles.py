@@ -61,16 +61,29 @@ def quantiles(
     return useg, start, total, out
 
 
-def histogram(bucket: np.ndarray, counts: np.ndarray, ratio: float, bins: int) -> dict[str, list[Any]]:
-    """At most ``bins`` log-spaced bins from the first to the last non-empty bucket (``bucket`` ascending)."""
-    if len(bucket) == 0:
-        return {"edges": [], "counts": []}
-    first, last = int(bucket[0]), int(bucket[-1])
-    step = max(1, -(-(last - first + 1) // bins))
+def histograms(
+    start: np.ndarray, bucket: np.ndarray, counts: np.ndarray, ratio: float, bins: int
+) -> list[dict[str, list[Any]]]:
+    """Per segment (rows from ``start[i]`` to the next start, buckets ascending, as ``combine`` sorts them): at most
+    ``bins`` log-spaced bins from its first to its last non-empty bucket; all segments in one pass."""
+    if len(start) == 0:
+        return []
+    end = np.append(start[1:], len(bucket))
+    first, last = bucket[start], bucket[end - 1]
+    step = np.maximum(1, -(-(last - first + 1) // bins))
     nbins = -(-(last - first + 1) // step)
-    out = np.bincount((bucket - first) // step, weights=counts, minlength=nbins).astype(np.int64)
-    edges = BUCKET_FLOOR_MS * ratio ** (first + step * np.arange(nbins + 1))
-    return {"edges": edges.tolist(), "counts": out.tolist()}
+    offset = np.concatenate(([0], np.cumsum(nbins)[:-1]))
+    seg = np.repeat(np.arange(len(start)), end - start)
+    slot = offset[seg] + (bucket - first[seg]) // step[seg]
+    flat = np.bincount(slot, weights=counts, minlength=int(nbins.sum())).astype(np.int64).tolist()
+    eseg = np.repeat(np.arange(len(start)), nbins + 1)
+    eoff = np.concatenate(([0], np.cumsum(nbins + 1)[:-1]))
+    k = np.arange(len(eseg)) - eoff[eseg]
+    edges = (BUCKET_FLOOR_MS * ratio ** (first[eseg] + step[eseg] * k)).tolist()
+    return [
+        {"edges": edges[e : e + n + 1], "counts": flat[o : o + n]}
+        for o, e, n in zip(offset.tolist(), eoff.tolist(), nbins.tolist())
+    ]
 
 
 def timelines(
