@@ -62,6 +62,8 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     params: dict[str, Any] = {"model": model}
     # inlined, so that queries can be wrapped in others (fetch_ints); the queries below run without parameters
     gcond = "g.model = " + psycopg_sql.Literal(model).as_string(db) if model else "TRUE"
+    # the rollups of the model's groups (all of them without one: no join)
+    of_groups = f"JOIN field_groups g USING (gid) WHERE {gcond}" if model else "WHERE TRUE"
     hcond = f"AND h.hour >= {int((now - since_s) // 3600)}" if since_s else ""
     devices = {
         r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
@@ -87,8 +89,8 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
         src = "(SELECT * FROM field_hours h JOIN field_groups g USING (gid) WHERE " + gcond + ")"
         stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
         stats += "sum(queue_n)"
-        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
-        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
+        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h {of_groups}"
+        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h {of_groups}"
     groups = db.execute(
         f"SELECT gid, store_id, model, version, {stats} FROM {src} s GROUP BY gid, store_id, model, version "
         "ORDER BY store_id, model NULLS FIRST, version NULLS FIRST"
@@ -134,8 +136,7 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
             lo[index[gid]], hi[index[gid]] = a, z
     hours = Q.fetch_ints(
         db,
-        "SELECT h.gid, h.hour, h.bucket::int4, h.n FROM field_hour_hist h JOIN field_groups g USING (gid) "
-        f"WHERE {gcond} {hcond}",
+        f"SELECT h.gid, h.hour, h.bucket, h.n FROM field_hour_hist h {of_groups} {hcond}",
         4,
     )
     hours = hours[hours[:, 0] < len(lookup)]
