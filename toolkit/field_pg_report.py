@@ -86,14 +86,16 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
         queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
         queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
     else:
-        src = "(SELECT * FROM field_hours h JOIN field_groups g USING (gid) WHERE " + gcond + ")"
+        src = f"(SELECT h.* FROM field_hours h {of_groups})"
         stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
         stats += "sum(queue_n)"
         infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h {of_groups}"
         queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h {of_groups}"
+    # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
-        f"SELECT gid, store_id, model, version, {stats} FROM {src} s GROUP BY gid, store_id, model, version "
-        "ORDER BY store_id, model NULLS FIRST, version NULLS FIRST"
+        f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
+        f"(SELECT gid, {stats} FROM {src} s GROUP BY gid) s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
+        "USING (gid) ORDER BY g.store_id, g.model NULLS FIRST, g.version NULLS FIRST"
     ).fetchall()
     labels = {
         r[0]: (sorted(x for x in r[1] if x), sorted(x for x in r[2] if x))
