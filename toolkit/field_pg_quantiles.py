@@ -1,5 +1,5 @@
 """Percentiles, histograms and timelines from latency-bucket rollups, vectorized: the rollup rows come out of
-PostgreSQL packed in one binary value straight into numpy (a few million small rows, never the records)."""
+PostgreSQL as binary arrays straight into numpy (a few million small rows, never the records)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ SHIFT = 1 << 16  # bucket numbers are below this (smallint)
 
 
 def fetch_ints(db: Any, query: str, ncols: int) -> np.ndarray:
-    """Rows of ``query`` (``ncols`` integer columns, no NULLs) as an (n, ncols) int64 array: the server packs them
-    into one bytea of big-endian int4s (one value per row through the driver would cost seconds per million)."""
-    cols = [f"c{i}" for i in range(ncols)]
-    packed = " || ".join(f"int4send({c}::int4)" for c in cols)
-    sql = f"SELECT string_agg({packed}, ''::bytea) FROM ({query}) q({', '.join(cols)})"
+    """Rows of ``query`` (``ncols`` integer columns, no NULLs) as an (n, ncols) int64 array: the server aggregates
+    each column into one int4 array sent in binary (a 20-byte header, then a length and a value per element), which
+    numpy reads at once (one value per row through the driver, or a COPY row by row, costs seconds per million)."""
+    cols = ", ".join(f"array_send(array_agg(c{i}::int4))" for i in range(ncols))
+    names = ", ".join(f"c{i}" for i in range(ncols))
     with db.cursor(binary=True) as cur:
-        data = cur.execute(sql).fetchone()[0]
-    return np.frombuffer(data or b"", dtype=">i4").astype(np.int64).reshape(-1, ncols)
+        packed = cur.execute(f"SELECT {cols} FROM ({query}) q({names})").fetchone()
+    if packed[0] is None:
+        return np.zeros((0, ncols), dtype=np.int64)
+    out = [np.frombuffer(bytes(col), dtype=">i4", offset=20)[1::2] for col in packed]
+    return np.stack(out, axis=1).astype(np.int64)
 
 
 def mid(bucket: np.ndarray, ratio: float) -> np.ndarray:
@@ -61,16 +64,29 @@ def quantiles(
     return useg, start, total, out
 
 
-def histogram(bucket: np.ndarray, counts: np.ndarray, ratio: float, bins: int) -> dict[str, list[Any]]:
-    """At most ``bins`` log-spaced bins from the first to the last non-empty bucket (``bucket`` ascending)."""
-    if len(bucket) == 0:
-        return {"edges": [], "counts": []}
-    first, last = int(bucket[0]), int(bucket[-1])
-    step = max(1, -(-(last - first + 1) // bins))
+def histograms(
+    start: np.ndarray, bucket: np.ndarray, counts: np.ndarray, ratio: float, bins: int
+) -> list[dict[str, list[Any]]]:
+    """Per segment (rows from ``start[i]`` to the next start, buckets ascending, as ``combine`` sorts them): at most
+    ``bins`` log-spaced bins from its first to its last non-empty bucket; all segments in one pass."""
+    if len(start) == 0:
+        return []
+    end = np.append(start[1:], len(bucket))
+    first, last = bucket[start], bucket[end - 1]
+    step = np.maximum(1, -(-(last - first + 1) // bins))
     nbins = -(-(last - first + 1) // step)
-    out = np.bincount((bucket - first) // step, weights=counts, minlength=nbins).astype(np.int64)
-    edges = BUCKET_FLOOR_MS * ratio ** (first + step * np.arange(nbins + 1))
-    return {"edges": edges.tolist(), "counts": out.tolist()}
+    offset = np.concatenate(([0], np.cumsum(nbins)[:-1]))
+    seg = np.repeat(np.arange(len(start)), end - start)
+    slot = offset[seg] + (bucket - first[seg]) // step[seg]
+    flat = np.bincount(slot, weights=counts, minlength=int(nbins.sum())).astype(np.int64).tolist()
+    eseg = np.repeat(np.arange(len(start)), nbins + 1)
+    eoff = np.concatenate(([0], np.cumsum(nbins + 1)[:-1]))
+    k = np.arange(len(eseg)) - eoff[eseg]
+    edges = (BUCKET_FLOOR_MS * ratio ** (first[eseg] + step[eseg] * k)).tolist()
+    return [
+        {"edges": edges[e : e + n + 1], "counts": flat[o : o + n]}
+        for o, e, n in zip(offset.tolist(), eoff.tolist(), nbins.tolist())
+    ]
 
 
 def timelines(

@@ -15,6 +15,7 @@ Same dict as ``field.report`` over SQLite, with this resolution (``resolution`` 
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from typing import Any
@@ -41,6 +42,18 @@ HIST_BINS = 40
 def report_pg(
     store: PgFieldStore, model: str | None = None, since: str | float | None = None, now: float | None = None
 ) -> dict[str, Any]:
+    # The report is a few million small objects and holds no cycles: a cyclic collection every few hundred
+    # thousand allocations would walk all of them again, over and over (seconds at fleet scale).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _report(store, model, since, now)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _report(store: PgFieldStore, model: str | None, since: str | float | None, now: float | None) -> dict[str, Any]:
     from .field import _detail, parse_since
 
     now = now or time.time()
@@ -49,6 +62,8 @@ def report_pg(
     params: dict[str, Any] = {"model": model}
     # inlined, so that queries can be wrapped in others (fetch_ints); the queries below run without parameters
     gcond = "g.model = " + psycopg_sql.Literal(model).as_string(db) if model else "TRUE"
+    # the rollups of the model's groups (all of them without one: no join)
+    of_groups = f"JOIN field_groups g USING (gid) WHERE {gcond}" if model else "WHERE TRUE"
     hcond = f"AND h.hour >= {int((now - since_s) // 3600)}" if since_s else ""
     devices = {
         r[0]: {"name": r[1], "hostname": r[2], "machine": r[3], "transport": r[4]}
@@ -71,14 +86,16 @@ def report_pg(
         queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
         queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
     else:
-        src = "(SELECT * FROM field_hours h JOIN field_groups g USING (gid) WHERE " + gcond + ")"
+        src = f"(SELECT h.* FROM field_hours h {of_groups})"
         stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
         stats += "sum(queue_n)"
-        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
-        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h JOIN field_groups g USING (gid) WHERE {gcond}"
+        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h {of_groups}"
+        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h {of_groups}"
+    # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
-        f"SELECT gid, store_id, model, version, {stats} FROM {src} s GROUP BY gid, store_id, model, version "
-        "ORDER BY store_id, model NULLS FIRST, version NULLS FIRST"
+        f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
+        f"(SELECT gid, {stats} FROM {src} s GROUP BY gid) s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
+        "USING (gid) ORDER BY g.store_id, g.model NULLS FIRST, g.version NULLS FIRST"
     ).fetchall()
     labels = {
         r[0]: (sorted(x for x in r[1] if x), sorted(x for x in r[2] if x))
@@ -104,11 +121,11 @@ def report_pg(
         rows, seg = rows[seg >= 0], seg[seg >= 0]
         sg, b, c = Q.combine(seg, rows[:, 1], rows[:, 2])
         useg, start, total, (p50, p90, p99) = Q.quantiles(sg, b, c, [0.5, 0.9, 0.99], ratio, interpolate=True)
-        ends = np.append(start[1:], len(sg))
-        for i, first, end, a, m, z in zip(useg.tolist(), start, ends, p50.tolist(), p90.tolist(), p99.tolist()):
+        hists = Q.histograms(start, b, c, ratio, HIST_BINS) if part == "latency_ms" else []
+        for j, (i, a, m, z) in enumerate(zip(useg.tolist(), p50.tolist(), p90.tolist(), p99.tolist())):
             dists[i][part] = {"p50": a, "p90": m, "p99": z}
-            if part == "latency_ms":
-                dists[i]["histogram"] = Q.histogram(b[first:end], c[first:end], ratio, HIST_BINS)
+            if hists:
+                dists[i]["histogram"] = hists[j]
     model_keys = {k: i for i, k in enumerate(sorted({(g[1], g[2]) for g in groups}, key=lambda k: (k[0], k[1] or "")))}
     of_model = np.array([model_keys[(g[1], g[2])] for g in groups] or [0], dtype=np.int64)
     spans = db.execute(
@@ -121,8 +138,7 @@ def report_pg(
             lo[index[gid]], hi[index[gid]] = a, z
     hours = Q.fetch_ints(
         db,
-        "SELECT h.gid, h.hour, h.bucket::int4, h.n FROM field_hour_hist h JOIN field_groups g USING (gid) "
-        f"WHERE {gcond} {hcond}",
+        f"SELECT h.gid, h.hour, h.bucket, h.n FROM field_hour_hist h {of_groups} {hcond}",
         4,
     )
     hours = hours[hours[:, 0] < len(lookup)]
