@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 class Running:
     """An :class:`Ingest` running in a thread of its own (the store is opened and written there)."""
 
-    def __init__(self, url: str, store: Path) -> None:
+    def __init__(self, url: str, store: Path | str) -> None:
         self.events: list[dict] = []
         self.stop_event = threading.Event()
         self.ingest = Ingest(url, store=str(store), fleet="lab", on_batch=self.events.append)
@@ -135,3 +135,31 @@ def test_ingest_cli_and_bad_options(tmp_path, capsys):
         args = ["fleet", "ingest", "--broker", mq.url, "--store", str(tmp_path / "f.db"), "--seconds", "1", "--json"]
         assert edgekit_main(args) == 0
         assert json.loads(capsys.readouterr().out) == {"batches": 0, "added": 0, "rejected": 0}
+
+
+@pytest.mark.e2e
+def test_ingest_into_postgresql(tiny_bundle, tmp_path, agent_roots):
+    from harness.postgres import ThrowawayPostgres
+
+    from edgekit.field_pg import PgFieldStore
+
+    store_dir = tmp_path / "store"
+    digest = publish(tiny_bundle, store_dir)["digest"]
+    root = agent_roots("device")
+    with ThrowawayPostgres() as pg, Nginx(store_dir) as nginx, Mosquitto() as mq, Broker(mq.url, fleet="lab") as broker:
+        url = pg.database("ingest")
+        broker.desire("tiny", digest, nginx.url, device="dev1")
+        start_agent(root, mq.url, "--device-id", "dev1", "--fleet", "lab", "--field-interval", "0.5")
+        wait_state(broker, "dev1", runs(version_of(tiny_bundle)))
+        ingest = Running(mq.url, url)
+        try:
+            traffic(root, 30)
+
+            def arrived() -> bool:
+                with PgFieldStore(url) as store:
+                    return store.count() == len(device_ids(root)) >= 30
+
+            wait_for(arrived, "the records in PostgreSQL")
+        finally:
+            ingest.stop()
+        assert {e["device"] for e in ingest.events} == {"dev1"} and sum(e["added"] for e in ingest.events) >= 30
