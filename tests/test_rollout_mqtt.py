@@ -13,7 +13,7 @@ import pytest
 from harness import run_cli
 from harness.servers import Mosquitto, Nginx
 from test_pull_field import Running
-from test_pull_mqtt import runs, start_agent, version_of, wait_state
+from test_pull_mqtt import runs, start_agent, stop_agent, version_of, wait_state
 from test_rollout_e2e import FAST, Traffic, bundles, serving  # noqa: F401  (bundles: a fixture)
 
 from edgekit.fleet_pull import publish
@@ -85,3 +85,22 @@ def test_slow_bundle_is_stopped_and_rolled_back_over_mqtt(pull_fleet, bundles, t
     assert r.reason.startswith("wave 1: ") and "p50 " in r.reason and f"on {first} ({old} -> {r.bundle_id})" in r.reason
     assert r.devices[first]["state"] == "rolled-back"
     assert all(serving(root) == old for root in roots)
+
+
+def test_a_device_offline_during_its_wave_installs_when_it_returns(pull_fleet, bundles, tmp_path):  # noqa: F811
+    url, store, store_url, field, roots = pull_fleet
+    with RolloutState(tmp_path / "rollouts.db") as state, Broker(url, fleet="lab") as broker:
+        r, _ = start(
+            state, bundles["good"], source_url(url, "lab", store_url, str(store)), "lab", "1,2,3", FAST, broker
+        )
+        late = r.waves[2][0]
+        stop_agent(roots[int(late[1:])])  # its retained state stays on the broker
+        delivery = MqttDelivery(url, str(store), store_url, "lab", install_wait_s=3)
+        r = Controller(state, r.id, delivery, field_store=field).run(interval=0.3, timeout=60)
+        assert r.status == "running" and r.wave == 2, (r.reason, r.decisions)
+        assert r.devices[late]["state"] == "installing" and "has not reported" in r.devices[late]["error"]
+        pull = ["--device-id", late, "--group", "lab", "--fleet", "lab", "--field-interval", "0.5"]
+        start_agent(roots[int(late[1:])], url, *pull)  # back: its desired entry was kept for it
+        r = Controller(state, r.id, delivery, field_store=field).run(interval=0.3, timeout=120)
+    assert r.status == "done" and [d["decision"] for d in r.decisions] == ["proceed"] * 3, (r.reason, r.decisions)
+    assert all(serving(root) == r.bundle_id for root in roots)

@@ -141,8 +141,8 @@ class MqttDelivery:
                 raise EdgekitError(f"{device.name} could not {what} {digest}: {failed.get('error')}")
             if time.monotonic() >= end:
                 raise TransportError(
-                    f"{device.name} has not reported {digest} within {self.install_wait_s:g}s (offline? it picks up "
-                    "its desired state when it connects)"
+                    f"{device.name} has not reported {digest} within {self.install_wait_s:g}s (its last state: "
+                    f"{st.get('time') or 'undated'}; offline? it picks up its desired state when it connects)"
                 )
             time.sleep(0.5)
 
