@@ -31,6 +31,7 @@ class PullConfig(object):
         ca: Optional[str] = None,
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
+        field_interval: float = 30.0,
     ) -> None:
         self.host, self.port, self.tls = parse_broker(broker)
         self.broker = broker
@@ -41,6 +42,9 @@ class PullConfig(object):
         self.ca, self.certfile, self.keyfile = ca, certfile, keyfile
         if ca:
             self.tls = True
+        if not field_interval >= 0:
+            raise PayloadError("--field-interval %r: give the seconds between batches, or 0 for none" % field_interval)
+        self.field_interval = float(field_interval)
 
     def ssl_context(self) -> Optional[ssl.SSLContext]:
         """The TLS context for the broker and for https stores (the CA given, else the system's)."""
@@ -80,6 +84,13 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--pull-ca", help="CA certificate file for the broker's and the stores' TLS")
     s.add_argument("--pull-cert", help="client certificate file (TLS client authentication)")
     s.add_argument("--pull-key", help="the client certificate's key file")
+    s.add_argument(
+        "--field-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="with --pull: send new field records to the broker every S seconds (default 30; 0: never)",
+    )
 
 
 def from_args(args: argparse.Namespace) -> Optional[PullConfig]:
@@ -111,6 +122,7 @@ def from_args(args: argparse.Namespace) -> Optional[PullConfig]:
         args.pull_ca,
         args.pull_cert,
         args.pull_key,
+        args.field_interval,
     )
 
 
@@ -122,6 +134,8 @@ def start_args(args: argparse.Namespace, absolute: bool = True) -> List[str]:
     out = ["--pull", args.pull, "--device-id", args.device_id, "--fleet", args.pull_fleet]
     for g in args.group:
         out += ["--group", g]
+    if args.field_interval != 30.0:
+        out += ["--field-interval", "%g" % args.field_interval]
     for flag in ("pull_username", "pull_password_file", "pull_ca", "pull_cert", "pull_key"):
         value = getattr(args, flag)
         if value:

@@ -10,6 +10,7 @@ Stdlib only, Python 3.7: the agent reads it to fetch and subscribe, the host (``
     edgekit/FLEET/groups/GROUP/desired   retained: what every device of GROUP runs
     edgekit/FLEET/devices/ID/state       retained, by the agent: what it runs now
     edgekit/FLEET/devices/ID/events      by the agent: one message per install attempt (ok or the error)
+    edgekit/FLEET/devices/ID/field       by the agent: its new field records (the /v1/telemetry batch shape)
 
 A desired payload: ``{"models": {"NAME": {"digest": "sha256:HEX", "store": "https://host/prefix"}}}``.
 """

@@ -5,7 +5,8 @@ group (retained: a device that was offline when they changed gets them on connec
 override its groups'. Each model whose desired bundle it does not run yet is fetched (:mod:`.pull_fetch`),
 checked to load, committed and loaded; every attempt is reported on ``.../devices/ID/events`` and what the agent
 runs on ``.../devices/ID/state`` (retained). A failed install leaves the old version serving; a transient failure
-is tried again with backoff, a permanent one when the desired state changes or the agent reconnects.
+is tried again with backoff, a permanent one when the desired state changes or the agent reconnects. New field
+records go to ``.../devices/ID/field`` every ``--field-interval`` seconds (:mod:`.pull_field`).
 """
 
 import json
@@ -15,8 +16,10 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from . import __version__
+from .bench import device_info
 from .pull_config import PullConfig, describe
 from .pull_fetch import Fetcher, FetchError
+from .pull_field import FieldPublisher
 from .pull_layout import PayloadError, device_topic, group_topic, parse_desired
 
 RETRY_S, RETRY_MAX_S = 30.0, 900.0
@@ -45,6 +48,13 @@ class PullAgent(object):
         self._client = self._make_client()
         self._worker = threading.Thread(target=self._run, name="pull-reconcile")
         self._worker.daemon = True
+        self.field = None  # type: Optional[FieldPublisher]
+        recorder = getattr(service, "recorder", None)
+        if config.field_interval > 0 and recorder is not None:
+            topic = device_topic(config.fleet, config.device_id, "field")
+            self.field = FieldPublisher(
+                recorder, topic, self._publish_acked, config.field_interval, device_info, self.log
+            )
 
     # -- MQTT -------------------------------------------------------------------
     def _make_client(self) -> Any:
@@ -70,10 +80,14 @@ class PullAgent(object):
         self._worker.start()
         self._client.connect_async(self.config.host, self.config.port, keepalive=30)
         self._client.loop_start()
+        if self.field is not None:
+            self.field.start()
 
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+        if self.field is not None:
+            self.field.stop()
         try:
             self._client.disconnect()
         finally:
@@ -106,6 +120,17 @@ class PullAgent(object):
     def _publish(self, topic: str, payload: Dict[str, Any], retain: bool) -> None:
         payload = dict(payload, device=self.config.device_id, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         self._client.publish(topic, json.dumps(payload, sort_keys=True), qos=1, retain=retain)
+
+    def _publish_acked(self, topic: str, payload: bytes) -> bool:
+        """Publish (QoS 1, not retained) and wait for the broker's acknowledgement; False: not taken now."""
+        if not self._client.is_connected():
+            return False  # not queued in memory while the broker is away: the cursor has not moved
+        info = self._client.publish(topic, payload, qos=1, retain=False)
+        try:
+            info.wait_for_publish(30)
+        except (RuntimeError, ValueError):
+            return False
+        return bool(info.is_published())
 
     # -- reconciling --------------------------------------------------------------
     def desired(self) -> Dict[str, Dict[str, str]]:

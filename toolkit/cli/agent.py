@@ -80,7 +80,9 @@ def _pull_args(args: argparse.Namespace) -> list[str]:
         raise EdgekitError("--pull needs --device-id ID (the device's name in the fleet)")
     try:
         pull_config.parse_broker(args.pull)
-        pull_config.PullConfig(args.pull, args.device_id, args.group, args.pull_fleet)
+        pull_config.PullConfig(
+            args.pull, args.device_id, args.group, args.pull_fleet, field_interval=args.field_interval
+        )
     except PayloadError as e:
         raise EdgekitError(str(e)) from None
     return pull_config.start_args(args, absolute=False)

@@ -1,4 +1,4 @@
-"""``edgekit publish BUNDLE --store DIR|s3://...`` and ``edgekit fleet desire|undesire|state``: pull delivery."""
+"""``edgekit publish BUNDLE --store DIR|s3://...`` and ``edgekit fleet desire|undesire|state|ingest``: pull delivery."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     st = fsub.add_parser("state", help="what each device of the fleet reported it runs (retained state)")
     _broker(st)
     st.set_defaults(func=run_state)
+    ig = fsub.add_parser("ingest", help="write the field records pull-mode devices send into the field store")
+    _broker(ig)
+    ig.add_argument("--store", help="field store: a SQLite path or postgresql:// URL (default: EDGEKIT_FIELD_STORE)")
+    ig.add_argument("--client-id", help="the persistent session's client id (default edgekit-ingest-FLEET)")
+    ig.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until interrupted)")
+    ig.set_defaults(func=run_ingest)
     f.set_defaults(func=lambda args: (f.print_help(), 2)[1])
 
 
@@ -55,9 +61,7 @@ def _broker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _open(args: argparse.Namespace) -> Any:
-    from ..fleet_pull.broker import Broker
-
+def _password(args: argparse.Namespace) -> str | None:
     password = os.environ.get("EDGEKIT_MQTT_PASSWORD") or None
     if args.password_file:
         try:
@@ -65,7 +69,13 @@ def _open(args: argparse.Namespace) -> Any:
                 password = f.read().strip()
         except OSError as e:
             raise EdgekitError(f"--password-file: {e}") from None
-    return Broker(args.broker, fleet=args.fleet, username=args.username, password=password, ca=args.ca)
+    return password
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from ..fleet_pull.broker import Broker
+
+    return Broker(args.broker, fleet=args.fleet, username=args.username, password=_password(args), ca=args.ca)
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -119,4 +129,36 @@ def run_state(args: argparse.Namespace) -> int:
         return table(["device", "model", "version", "digest", "failed"], rows)
 
     emit(args, {"fleet": args.fleet, "devices": states}, text)
+    return 0
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    import sys
+
+    from ..fleet_pull.ingest import Ingest
+
+    def log(event: dict[str, Any]) -> None:
+        if not args.json:
+            if "error" in event:
+                print(f"{event['topic']}: ignored: {event['error']}", file=sys.stderr)
+            else:
+                print(f"{event['device']}: {event['records']} record(s), {event['added']} new", file=sys.stderr)
+
+    ingest = Ingest(
+        args.broker,
+        store=args.store,
+        fleet=args.fleet,
+        client_id=args.client_id,
+        username=args.username,
+        password=_password(args),
+        ca=args.ca,
+        on_batch=log,
+    )
+    try:
+        stats = ingest.run(seconds=args.seconds)
+    except KeyboardInterrupt:
+        stats = dict(ingest.stats)
+    finally:
+        ingest.close()
+    emit(args, stats, lambda r: f"{r['batches']} batch(es), {r['added']} record(s) added, {r['rejected']} ignored")
     return 0

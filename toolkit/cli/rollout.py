@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from ..errors import EdgekitError
@@ -48,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="create the rollout and take one step, then return (`edgekit rollout resume ID` continues)",
     )
+    st.add_argument(
+        "--broker",
+        metavar="mqtt://HOST[:PORT]",
+        help="deliver over pull (MQTT): the devices are those whose retained state lists --group (docs/ROLLOUTS.md)",
+    )
+    st.add_argument("--fleet-name", default="default", help="with --broker: the fleet's topics edgekit/NAME/...")
+    st.add_argument("--store-url", help="with --broker: the bundle store's http(s) URL as the devices reach it")
+    st.add_argument("--publish-to", metavar="DIR|s3://...", help="with --broker: where the bundle is published")
     run_options(st)
     for name, what in (
         ("status", "show a rollout's waves, decisions and field numbers"),
@@ -70,7 +79,12 @@ def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", default="10s", help="time between steps (default %(default)s)")
     p.add_argument("--jobs", type=int, default=8, help="devices worked on at once (default %(default)s)")
     p.add_argument("--state", help="rollout state file (default ~/.cache/edgekit/rollouts.db)")
-    p.add_argument("--store", help="field store the numbers are pulled into (default ~/.cache/edgekit/field.db)")
+    p.add_argument(
+        "--store", help="field store (a path or postgresql:// URL) the numbers are read from (default field.db)"
+    )
+    p.add_argument("--username", help="with a rollout over MQTT: the broker's user name")
+    p.add_argument("--password-file", help="with a rollout over MQTT: the broker password (or EDGEKIT_MQTT_PASSWORD)")
+    p.add_argument("--ca", help="with a rollout over MQTT: CA certificate file for the broker's TLS")
     output_options(p, verbose=False)
 
 
@@ -96,6 +110,12 @@ def _thresholds(args: argparse.Namespace) -> Any:
     )
 
 
+def _password_of(args: argparse.Namespace) -> str | None:
+    from .pull import _password
+
+    return _password(args)
+
+
 def _log(args: argparse.Namespace) -> Any:
     return (lambda m: None) if args.json or args.quiet else (lambda m: err(f"  {m}"))
 
@@ -104,7 +124,7 @@ def _drive(args: argparse.Namespace, state: Any, rollout_id: str, how: str = "ru
     from ..rollout import Controller, parse_duration
     from ..rollout.text import rollout_text
 
-    c = Controller(state, rollout_id, field_store=args.store, log=_log(args), jobs=args.jobs)
+    c = Controller(state, rollout_id, _delivery(args, state.get(rollout_id)), args.store, _log(args), jobs=args.jobs)
     if how == "abort":
         r = c.abort()
     else:
@@ -120,12 +140,37 @@ def _drive(args: argparse.Namespace, state: Any, rollout_id: str, how: str = "ru
     return 0
 
 
+def _delivery(args: argparse.Namespace, r: Any) -> Any:
+    """An :class:`MqttDelivery` with the broker credentials given, for a rollout over MQTT; else None."""
+    from ..rollout.mqtt import MqttDelivery, parse_source
+
+    src = parse_source(r.inventory)
+    if src is None:
+        return None
+    user, password = args.username, _password_of(args)
+    return MqttDelivery(src["broker"], src["store"], src["store_url"], src["fleet"], user, password, args.ca)
+
+
 def run_start(args: argparse.Namespace) -> int:
     from ..rollout import RolloutState, start
 
     thresholds = _thresholds(args)
+    source, broker = args.fleet, None
+    if args.broker:
+        from ..fleet_pull.broker import Broker
+        from ..rollout.mqtt import source_url
+
+        if not (args.store_url and args.publish_to):
+            raise EdgekitError("--broker needs --store-url URL (as devices reach the store) and --publish-to DIR|s3://")
+        publish_to = args.publish_to if "://" in args.publish_to else os.path.abspath(args.publish_to)
+        source = source_url(args.broker, args.fleet_name, args.store_url, publish_to)
+        broker = Broker(args.broker, args.fleet_name, args.username, _password_of(args), args.ca)
     with RolloutState(args.state) as state:
-        r, created = start(state, args.bundle, args.fleet, args.group, args.waves, thresholds)
+        try:
+            r, created = start(state, args.bundle, source, args.group, args.waves, thresholds, broker=broker)
+        finally:
+            if broker is not None:
+                broker.close()
         if not args.json and not args.quiet:
             err(f"rollout {r.id}: " + ("started" if created else f"already exists ({r.status}); continuing it"))
         return _drive(args, state, r.id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .controller import Controller, rollout_id, start
 from .delivery import Delivery, DirectDelivery
 from .gate import Thresholds, Verdict, judge, wave_numbers
+from .mqtt import MqttDelivery
 from .plan import WaveSpec, assign, effective_waves, parse_duration, parse_fraction, parse_waves
 from .state import Rollout, RolloutState
 
@@ -17,6 +18,7 @@ __all__ = [
     "Controller",
     "Delivery",
     "DirectDelivery",
+    "MqttDelivery",
     "Rollout",
     "RolloutState",
     "Thresholds",

@@ -20,13 +20,15 @@ from ..inventory import FleetDevice, load_inventory
 from . import gate, plan
 from . import state as st
 from .delivery import Delivery, DirectDelivery
+from .mqtt import MqttDelivery, devices_in, fleet_device, parse_source
 
 NO_VERSION = ""  # stored as a device's old version when it served no version of the model
 
 
 def rollout_id(bundle_id: str, inventory: str | Path, group: str | None) -> str:
     """The same bundle to the same group of the same inventory is the same rollout."""
-    key = f"{bundle_id}\0{Path(inventory).resolve()}\0{group or ''}"
+    where = inventory if parse_source(str(inventory)) else Path(inventory).resolve()
+    key = f"{bundle_id}\0{where}\0{group or ''}"
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -37,21 +39,30 @@ def start(
     group: str | None = None,
     waves: str | Sequence[plan.WaveSpec] = "1%,10%,50%,100%",
     thresholds: gate.Thresholds | None = None,
+    broker: Any = None,
 ) -> tuple[st.Rollout, bool]:
     """Create the rollout of ``bundle_dir`` to the devices of ``inventory`` tagged ``group`` (all if None), or
-    find the one already made for them. Returns ``(rollout, created)``; nothing is sent to a device here."""
+    find the one already made for them. Returns ``(rollout, created)``; nothing is sent to a device here.
+    ``inventory`` may be an MQTT source (:func:`edgekit.rollout.mqtt.source_url`): the devices are then those whose
+    retained state lists ``group`` (``broker``: the open :class:`edgekit.fleet_pull.broker.Broker` to ask)."""
     from .. import bundle as bundle_mod
 
     specs = plan.parse_waves(waves) if isinstance(waves, str) else list(waves)
     manifest = bundle_mod.load(bundle_dir)
-    devices = load_inventory(inventory, tag=group)
+    source = parse_source(str(inventory))
+    if source is not None:
+        if broker is None:
+            raise EdgekitError("a rollout over MQTT needs the broker to list its devices")
+        devices = [fleet_device(n, source["broker"]) for n in devices_in(broker, group)]
+    else:
+        devices = load_inventory(inventory, tag=group)
     rid = rollout_id(manifest["id"], inventory, group)
     r = st.Rollout(
         id=rid,
         bundle_id=manifest["id"],
         bundle_dir=str(Path(bundle_dir).resolve()),
         model=manifest["name"],
-        inventory=str(Path(inventory).resolve()),
+        inventory=str(inventory) if source else str(Path(inventory).resolve()),
         group=group,
         waves=plan.effective_waves([d.name for d in devices], rid, specs),
         wave_specs=",".join(str(s) for s in specs),
@@ -97,7 +108,11 @@ class Controller:
     def delivery(self) -> Delivery:
         """The delivery, made on first use (pausing reaches no device)."""
         if self._delivery is None:
-            self._delivery = DirectDelivery(self.rollout.bundle_dir)
+            source = parse_source(self.rollout.inventory)
+            if source is not None:
+                self._delivery = MqttDelivery(source["broker"], source["store"], source["store_url"], source["fleet"])
+            else:
+                self._delivery = DirectDelivery(self.rollout.bundle_dir)
         return self._delivery
 
     # -- commands --------------------------------------------------------------------
@@ -166,6 +181,9 @@ class Controller:
 
     # -- installing ----------------------------------------------------------------------
     def _inventory(self, r: st.Rollout) -> dict[str, FleetDevice]:
+        source = parse_source(r.inventory)
+        if source is not None:  # devices named by their broker ids, fixed at the start
+            return {n: fleet_device(n, source["broker"]) for n in r.devices}
         return {d.name: d for d in load_inventory(r.inventory, tag=r.group)}
 
     def _each(self, names: Sequence[str], fn: Callable[[str], Any]) -> dict[str, Any]:
@@ -244,7 +262,8 @@ class Controller:
 
     # -- judging -------------------------------------------------------------------------
     def _judge(self, r: st.Rollout) -> None:
-        from ..field import FieldStore, report
+        from ..field import FieldStore, open_store, report
+        from ..field_pg import is_url
 
         wave = [n for n in r.waves[r.wave]]
         failed = [n for n in wave if r.devices[n]["state"] == st.FAILED]
@@ -261,7 +280,8 @@ class Controller:
             started = min(r.devices[n]["installed_at"] or self.now() for n in installed)
             self.state.start_wave(self.id, r.wave, started)
         reached = self._reach(r, installed, self._inventory(r))
-        with FieldStore(self.field_store) as store:
+        fs = self.field_store
+        with open_store(str(fs)) if fs and is_url(str(fs)) else FieldStore(fs) as store:
             for name, fd in reached.items():
                 try:
                     self.delivery.collect(fd, store)

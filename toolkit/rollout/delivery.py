@@ -16,6 +16,7 @@ from ..errors import EdgekitError
 if TYPE_CHECKING:
     from ..device import Device
     from ..field import FieldStore
+    from ..field_pg import PgFieldStore
     from ..inventory import FleetDevice
 
 
@@ -41,7 +42,7 @@ class Delivery(Protocol):
         """Make the device serve ``to_version`` of ``model`` again (None: serve no version of it)."""
         ...
 
-    def collect(self, device: FleetDevice, store: FieldStore) -> None:
+    def collect(self, device: FleetDevice, store: FieldStore | PgFieldStore) -> None:
         """Bring the device's field records into ``store``, named by the device's inventory name."""
         ...
 
@@ -114,7 +115,7 @@ class DirectDelivery:
         elif self.current(device, model) is not None:
             dev.remove(model)
 
-    def collect(self, device: FleetDevice, store: FieldStore) -> None:
+    def collect(self, device: FleetDevice, store: FieldStore | PgFieldStore) -> None:
         from ..field import pull
 
         pull(self._device(device), store, name=device.name)
