@@ -17,16 +17,18 @@ import hashlib
 import json
 import queue
 import selectors
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import paho.mqtt.client as mqtt
+
 from edgekit_agent.pull_layout import blob_path, digest_hex, join_url, manifest_path
 
-INFLIGHT_CONNECTS = 100  # connections a process opens before waiting for CONNACKs: a device fleet does not dial in lockstep
+INFLIGHT_CONNECTS = (
+    100  # connections a process opens before waiting for CONNACKs: a device fleet does not dial in lockstep
+)
 
 
 class Device:
