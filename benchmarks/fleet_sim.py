@@ -172,12 +172,16 @@ def run_size(n: int, mq: Any, nginx: Any, digest: str, bundle_bytes: int, args: 
     def phase(cmd: tuple[Any, ...], timeout: float) -> list[dict[str, Any]]:
         for p in pipes:
             p.send(cmd)
-        out = []
-        for p in pipes:
-            if not p.poll(timeout):
-                raise RuntimeError(f"{cmd[0]} of {n} devices did not finish within {timeout:.0f} s")
-            out.append(p.recv())
-        return out
+        return [wait(p, w, cmd[0], timeout) for p, w in zip(pipes, workers)]
+
+    def wait(pipe: Any, worker: Any, what: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while not pipe.poll(1.0):
+            if not worker.is_alive():
+                raise RuntimeError(f"a device process died (exit code {worker.exitcode}) during {what}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} of {n} devices did not finish within {timeout:.0f} s")
+        return dict(pipe.recv())
 
     res: dict[str, Any] = {"devices": n, "processes": procs}
     try:
@@ -199,7 +203,7 @@ def run_size(n: int, mq: Any, nginx: Any, digest: str, bundle_bytes: int, args: 
             "broker_idle_cpu_pct": (cpu2 - cpu1) / args.idle * 100,
         }
         C.log(f"{n}: connected in {elapsed:.1f} s, mosquitto {rss0:.1f} -> {rss1:.1f} MiB")
-        with Broker(mq.url, fleet=FLEET) as broker:
+        with Broker(mq.url, fleet=FLEET, timeout=min(args.timeout, 120)) as broker:
             broker.watch_events()
             fanout_at = [0.0]
 
@@ -212,11 +216,7 @@ def run_size(n: int, mq: Any, nginx: Any, digest: str, bundle_bytes: int, args: 
             for p in pipes:
                 p.send(("fanout", digest.split(":")[1]))
             desire()
-            reports = []
-            for p in pipes:
-                if not p.poll(args.timeout):
-                    raise RuntimeError(f"fan-out to {n} devices did not finish within {args.timeout:.0f} s")
-                reports.append(p.recv())
+            reports = [wait(p, w, "fan-out", args.timeout) for p, w in zip(pipes, workers)]
             got = [x - fanout_at[0] for r in reports for x in r["received"]]
             _, cpu3 = proc_stat(mq.proc.pid)
             payload = len(broker.retained(broker.desired_topic(group=GROUP))[broker.desired_topic(group=GROUP)])
@@ -241,8 +241,9 @@ def run_size(n: int, mq: Any, nginx: Any, digest: str, bundle_bytes: int, args: 
             events = 0
             deadline = time.monotonic() + args.timeout
             while events < n and time.monotonic() < deadline:
-                if broker.next_event(5.0) is not None:
-                    events += 1
+                if broker.next_event(5.0) is None:
+                    break  # none for 5 s after every fetch ended: the rest are lost
+                events += 1
             states = sum(1 for s in broker.states().values() if s.get("models", {}).get("sim"))
             res["fetch"] = {
                 "bundle_bytes": bundle_bytes,
