@@ -154,7 +154,9 @@ http {{
 class Mosquitto(_Server):
     """``mosquitto`` on ``mqtt://127.0.0.1:PORT`` (anonymous, or with ``users={name: password}`` only those)."""
 
-    def __init__(self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None, extra: list[str] | None = None
+    ) -> None:
         if not os.path.exists(MOSQUITTO):
             raise RuntimeError("mosquitto is not installed: apt-get install mosquitto (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="mosquitto-"))
@@ -173,6 +175,7 @@ class Mosquitto(_Server):
             lines += ["allow_anonymous false", f"password_file {pw}"]
         else:
             lines.append("allow_anonymous true")
+        lines += extra or []  # further mosquitto.conf lines, e.g. "max_queued_messages 0"
         (self.dir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
