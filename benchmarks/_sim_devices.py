@@ -115,7 +115,10 @@ class DeviceLoop:
         while self.to_dial and inflight < INFLIGHT_CONNECTS:
             d = self.to_dial.pop()
             d.client.connect(self.host, self.port, keepalive=300)
-            self.sel.register(d.client.socket(), selectors.EVENT_READ, d)
+            sock = d.client.socket()
+            if sock is None:
+                raise RuntimeError(f"device {d.id} has no socket after connecting")
+            self.sel.register(sock, selectors.EVENT_READ, d)
             inflight += 1
 
     def _command(self, cmd: tuple[Any, ...]) -> None:

@@ -131,11 +131,11 @@ def ingest(url: str, n: int, records: int, per_pull: int, group: int) -> dict[st
             "SELECT (SELECT count(*) FROM field_hours) + (SELECT count(*) FROM field_dist) + "
             "(SELECT count(*) FROM field_queue_dist) + (SELECT count(*) FROM field_hour_hist)"
         ).fetchone()[0]
-    rows = n * records
+    total = n * records
     grouped = (n - per_pull) * records
     return {
         "records_per_device": records,
-        "rows": rows,
+        "rows": total,
         "per_pull": {"devices": per_pull, "seconds": pull_s, "rows_per_s": per_pull * records / pull_s},
         "grouped": {
             "devices_per_call": group,
@@ -143,9 +143,9 @@ def ingest(url: str, n: int, records: int, per_pull: int, group: int) -> dict[st
             "seconds": grouped_s,
             "rows_per_s": grouped / grouped_s if grouped else None,
         },
-        "rows_per_s": rows / (pull_s + grouped_s),
+        "rows_per_s": total / (pull_s + grouped_s),
         "database_bytes": size,
-        "record_bytes": rec_bytes / rows,
+        "record_bytes": rec_bytes / total,
         "rollup_rows": rollup_rows,
         "latency_source": f"lognormal through p50/p99 of {RECORDED.name}",
     }
@@ -213,8 +213,8 @@ def run_size(n: int, mq: Any, nginx: Any, digest: str, bundle_bytes: int, args: 
                 fanout_at[0] = time.time()
                 broker.set_desired(models, group=GROUP)
 
-            for p in pipes:
-                p.send(("fanout", digest.split(":")[1]))
+            for pipe in pipes:
+                pipe.send(("fanout", digest.split(":")[1]))
             desire()
             reports = [wait(p, w, "fan-out", args.timeout) for p, w in zip(pipes, workers)]
             got = [x - fanout_at[0] for r in reports for x in r["received"]]
