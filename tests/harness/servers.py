@@ -108,7 +108,7 @@ class Nginx(_Server):
     """``nginx`` serving ``root`` at ``http://127.0.0.1:PORT/`` (range requests on, as by default); the access log
     records each request's status and Range header (:meth:`requests`)."""
 
-    def __init__(self, root: str | Path, tls: dict[str, Path] | None = None) -> None:
+    def __init__(self, root: str | Path, tls: dict[str, Path] | None = None, worker_connections: int = 64) -> None:
         if not os.path.exists(NGINX):
             raise RuntimeError("nginx is not installed: apt-get install nginx-light (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="nginx-"))
@@ -126,7 +126,7 @@ daemon off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log info;
-events {{ worker_connections 64; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     log_format edgekit '$request_uri $status range=$http_range';
     access_log {d}/access.log edgekit;
@@ -154,7 +154,9 @@ http {{
 class Mosquitto(_Server):
     """``mosquitto`` on ``mqtt://127.0.0.1:PORT`` (anonymous, or with ``users={name: password}`` only those)."""
 
-    def __init__(self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None, extra: list[str] | None = None
+    ) -> None:
         if not os.path.exists(MOSQUITTO):
             raise RuntimeError("mosquitto is not installed: apt-get install mosquitto (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="mosquitto-"))
@@ -173,6 +175,7 @@ class Mosquitto(_Server):
             lines += ["allow_anonymous false", f"password_file {pw}"]
         else:
             lines.append("allow_anonymous true")
+        lines += extra or []  # further mosquitto.conf lines, e.g. "max_queued_messages 0"
         (self.dir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
