@@ -207,6 +207,7 @@ def test_a_state_dict_file_is_not_a_model(tmp_path):
 def test_without_torch_the_error_says_how_to_get_it(tmp_path, monkeypatch):
     (tmp_path / "m.pt2").write_bytes(b"not read")
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    monkeypatch.setenv("EDGEKIT_TORCH", "here")  # else the torch tool environment exports it: test_intake_torch_env
     with pytest.raises(ModelError) as e:
         edgekit.build(tmp_path / "m.pt2", "host", tmp_path / "out")
     assert "pip install 'edgekit[torch]'" in str(e.value) and "export to ONNX yourself" in str(e.value)

@@ -40,6 +40,10 @@ def _backend_spec(name: str) -> ToolEnvSpec:
         from ..intake_tf import TOOLENV
 
         return TOOLENV
+    if name == "torch":  # not a backend: PyTorch file intake without torch in this Python (edgekit.intake_torch_env)
+        from ..intake_torch_env import TOOLENV as TORCH
+
+        return TORCH
     be = converters.get(name)
     if getattr(be, "toolenv", None) is None:
         raise BackendUnavailable(
