@@ -8,8 +8,11 @@ paddle2onnx 2 and numpy. The requests and results are those of ``paddle_intake.p
 
 - run: Paddle Inference with its graph optimizations and oneDNN off (the program as written; Paddle 3.3's oneDNN
   executor cannot run some PIR attributes: "ConvertPirAttribute2RuntimeAttribute not support").
-- export: paddle2onnx's post-export pass is onnxoptimizer's, not Polygraphy's constant folding (which installs
-  onnx_graphsurgeon with pip at run time and takes a minute on a small model).
+- export: paddle2onnx's own post-export passes are off (its default, Polygraphy's constant folding, installs
+  onnx_graphsurgeon with pip at run time and takes a minute on a small model; its onnxoptimizer list names a pass
+  onnxoptimizer does not know, so it does nothing). ``tidy`` runs onnxoptimizer here instead: paddle2onnx 2 writes
+  the parameters as Constant nodes and puts an Identity before many ops, and X2Paddle 1.6 (the paddlelite build of
+  the export) loses shapes at those Identity nodes (BatchNormalization after one fails: "list index out of range").
 """
 
 import json
@@ -18,6 +21,14 @@ import sys
 import time
 from typing import Any, Dict, List
 
+PASSES = [
+    "eliminate_deadend",
+    "extract_constant_to_initializer",
+    "eliminate_unused_initializer",
+    "eliminate_duplicate_initializer",
+    "eliminate_nop_cast",
+]
+CONTROL_FLOW = ("If", "Loop", "Scan")  # Identity nodes carry a loop body's values: kept where the graph has any
 TRAINING_OPS = ("sgd", "adam", "adamw", "momentum", "lamb", "rmsprop", "adagrad")
 
 
@@ -112,15 +123,27 @@ def export(req: Dict[str, Any]) -> Dict[str, Any]:
     if info["training"]:
         return {"info": info}
     t0 = time.time()
-    paddle2onnx.export(
-        req["model"], req["params"], req["onnx"], opset_version=int(req["opset"]), optimize_tool="onnxoptimizer"
-    )
+    paddle2onnx.export(req["model"], req["params"], req["onnx"], opset_version=int(req["opset"]), optimize_tool="none")
     if not os.path.isfile(req["onnx"]):
         raise SystemExit("paddle2onnx wrote no ONNX model (see its messages above)")
-    model = onnx.load(req["onnx"], load_external_data=False)
+    model = tidy(onnx.load(req["onnx"]))
+    onnx.save(model, req["onnx"])
     opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     seconds = round(time.time() - t0, 2)
     return {"info": info, "opset": int(opset), "seconds": seconds, "paddle2onnx": paddle2onnx.__version__}
+
+
+def tidy(model: Any) -> Any:
+    """The export with its Constant parameters as initializers and, outside control flow, no Identity nodes."""
+    import onnx
+    import onnxoptimizer
+
+    passes = list(PASSES)
+    if not any(n.op_type in CONTROL_FLOW for n in model.graph.node):
+        passes.append("eliminate_identity")
+    tidied = onnxoptimizer.optimize(model, passes)
+    onnx.checker.check_model(tidied, full_check=True)
+    return tidied
 
 
 def main(req_path: str, res_path: str) -> None:
