@@ -12,7 +12,7 @@ from harness.cli import one_json, run_cli
 
 import edgekit
 from edgekit import intake_paddle, toolenvs
-from edgekit.errors import BackendUnavailable
+from edgekit.errors import BackendUnavailable, ConversionError
 
 ENV = intake_paddle.PADDLE3
 OUT = "fetch_name_0"
@@ -91,6 +91,15 @@ def test_pp_ocrv5_mobile_det_as_shipped_builds_for_ort(ocr_det, tmp_path):
         "x": {"0": "-1", "2": "-1", "3": "-1"}
     }
     assert r["inputs"][0]["shape"] == [1, 3, 160, 160] and all(s["passed"] for s in r["fidelity"]["steps"])
+
+
+@pytest.mark.e2e
+def test_an_op_paddle2onnx_2_lacks_says_so_with_the_programs_ops(models, tmp_path):
+    with pytest.raises(ConversionError) as e:
+        edgekit.build(models / "histogram", "host", tmp_path / "out", use_cache=False)
+    said = str(e.value)
+    assert "paddle2onnx 2.1.0 cannot export an op of this Paddle model and aborted without naming it" in said
+    assert "histogram" in said and "custom_op_info" in said and not (tmp_path / "out").exists()
 
 
 def test_a_paddle3_environment_that_cannot_be_made_says_what_to_do(tmp_path, monkeypatch):

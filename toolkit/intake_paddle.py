@@ -255,6 +255,13 @@ def _unsupported(work: Path, info: Dict[str, Any], error: Exception) -> Conversi
     if log.is_file():
         said = log.read_text(errors="replace")
     found = re.search(r"not supported yet, including ([\w, ]+)", said)
+    if not found and "unsupported operators" in str(error):  # paddle2onnx 2 aborts before its list is printed
+        types = sorted({o["type"] for o in info["ops"]})
+        return ConversionError(
+            f"paddle2onnx {info['versions']['paddle2onnx']} cannot export an op of this Paddle model and aborted "
+            f'without naming it ("Due to the unsupported operators, the conversion is aborted"); the program\'s '
+            f"ops are {', '.join(types)}. {OPTIONS}"
+        )
     if not found:
         return ConversionError(f"paddle2onnx could not export the Paddle model: {error}. {OPTIONS}")
     ops = [o.strip() for o in found.group(1).split(",") if o.strip()]

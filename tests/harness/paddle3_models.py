@@ -3,6 +3,7 @@ paddle3 tool environment's Python, ``python paddle3_models.py OUTDIR``. Standalo
 
 - ``mnv3/inference.json``: paddle.vision's mobilenet_v3_small (10 classes) with fixed random weights (He-normal,
   seed 1), saved by ``paddle.jit.save`` (PIR, Paddle 3's default) for [-1, 3, 96, 96].
+- ``histogram/inference.json``: a Linear then ``paddle.histogram``, an op paddle2onnx 2.1 does not map.
 """
 
 import os
@@ -19,6 +20,16 @@ def he_normal(layer: paddle.nn.Layer, seed: int) -> None:
             p.set_value(rng.normal(0, np.sqrt(2.0 / int(np.prod(p.shape[1:]))), p.shape).astype("float32"))
 
 
+class Histogram(paddle.nn.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = paddle.nn.Linear(3, 3)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        y = self.lin(x)
+        return paddle.histogram(y, bins=4, min=0, max=1).astype("float32") + y.sum()
+
+
 def main(out: str) -> None:
     from paddle.static import InputSpec
     from paddle.vision.models import mobilenet_v3_small
@@ -31,6 +42,9 @@ def main(out: str) -> None:
     paddle.jit.save(mnv3, prefix, input_spec=[InputSpec([None, 3, 96, 96], "float32", "image")])
     if not os.path.isfile(prefix + ".json"):
         raise SystemExit("paddle %s did not save the JSON program format" % paddle.__version__)
+    hist = Histogram()
+    hist.eval()
+    paddle.jit.save(hist, os.path.join(out, "histogram", "inference"), input_spec=[InputSpec([2, 3], "float32", "x")])
 
 
 if __name__ == "__main__":
