@@ -112,3 +112,9 @@ def test_a_paddle3_environment_that_cannot_be_made_says_what_to_do(tmp_path, mon
     with pytest.raises(BackendUnavailable, match=r"paddle3 tool environment \(paddlepaddle 3.3.1, paddle2onnx 2.1.0\)"):
         edgekit.build(tmp_path, "host", tmp_path / "out", use_cache=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_paddle3_environment_is_installed_and_removed_by_name():
+    from edgekit.toolenvs.listing import _backend_spec
+
+    assert _backend_spec("paddle3") is ENV and ENV.name == "paddle3"

@@ -18,7 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("action", nargs="?", choices=["list", "install", "remove"], default="list")
     s.add_argument(
-        "name", nargs="?", help="backend (install, remove), or tensorflow: the environment of TensorFlow model intake"
+        "name",
+        nargs="?",
+        help="backend (install, remove), or tensorflow / paddle3: the environment of TensorFlow / "
+        "Paddle 3 JSON model intake",
     )
     output_options(s)
     s.set_defaults(func=run_backends)

@@ -40,6 +40,10 @@ def _backend_spec(name: str) -> ToolEnvSpec:
         from ..intake_tf import TOOLENV
 
         return TOOLENV
+    if name == "paddle3":  # not a backend: Paddle 3 JSON (PIR) model intake (edgekit.intake_paddle)
+        from ..intake_paddle import PADDLE3
+
+        return PADDLE3
     be = converters.get(name)
     if getattr(be, "toolenv", None) is None:
         raise BackendUnavailable(
