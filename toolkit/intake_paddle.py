@@ -36,7 +36,7 @@ OPTIONS = (
 
 PADDLE3 = ToolEnvSpec(
     name="paddle3",
-    pythons=("3.10", "3.11"),
+    pythons=("3.10",),  # the one its pins were resolved and tested on
     requirements=(  # every package of the environment (resolved on Python 3.10), pinned
         "paddlepaddle==3.3.1",
         "paddle2onnx==2.1.0",
