@@ -76,7 +76,7 @@ class Exported:
     run: Callable[[Sequence[Dict[str, np.ndarray]]], List[Dict[str, np.ndarray]]] = field(repr=False)
     workdir: Path = field(repr=False)
     paddle: Dict[str, Any] = field(default_factory=dict)  # the original for opt: model, params, input_names, ...
-    source: Dict[str, Any] = field(default_factory=dict)  # what runs the original: model, params, input_names, json
+    source: Dict[str, Any] = field(default_factory=dict)  # what runs the original: model, params, input_names
     reference_for: Tuple[str, ...] = ("paddlelite",)  # backends converting the original: judged against Paddle
     original_outputs: Optional[List[Dict[str, np.ndarray]]] = field(default=None, repr=False)  # run's last
 
@@ -203,9 +203,8 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
             exported.paddle = dict(
                 exported.source,
                 output_names=[o["name"] for o in info["outputs"]],
-                for_opt=info[
-                    "for_opt"
-                ],  # {model, params, flatten_as_reshape2}: what opt reads where the given crashes it
+                # {model, params, flatten_as_reshape2}: what opt reads where the given program crashes it
+                for_opt=info["for_opt"],
                 ops=info["ops"],  # [{type, outputs}]: to name an op a converter lacks
             )
         exported.run = lambda samples: _run(exported, samples)
