@@ -140,15 +140,19 @@ def test_detection_and_the_files_a_model_needs(tmp_path):
     (tmp_path / "inference.json").write_text(json.dumps({"program": {}}))
     assert not intake_paddle.is_paddle_source(tmp_path / "inference.json")  # a JSON file without parameters
     (tmp_path / "inference.pdiparams").write_bytes(b"x")
-    assert intake_paddle.is_paddle_source(tmp_path / "inference.json")
-    with pytest.raises(ModelError, match=r"JSON format \(Paddle 3, PIR\).*FLAGS_enable_pir_api=0.*paddle2onnx"):
-        edgekit.build(tmp_path / "inference.json", "host", tmp_path / "out", use_cache=False)
+    assert intake_paddle.is_paddle_source(tmp_path / "inference.json")  # Paddle 3's JSON format (tests/..._paddle3)
+    assert intake_paddle.locate(tmp_path / "inference.json") == (
+        tmp_path / "inference.json",
+        tmp_path / "inference.pdiparams",
+    )
     (tmp_path / "j").mkdir()
     (tmp_path / "j" / "inference.json").write_text("{}")
     (tmp_path / "j" / "inference.pdiparams").write_bytes(b"x")
-    with pytest.raises(ModelError, match="JSON format"):
-        intake_paddle.locate(tmp_path / "j")
-    assert not (tmp_path / "out").exists()
+    assert intake_paddle.locate(tmp_path / "j")[0] == tmp_path / "j" / "inference.json"
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "x.pdiparams").write_bytes(b"x")
+    with pytest.raises(ModelError, match=r"holds no Paddle program \(looked for inference.pdmodel, model.pdmodel, "):
+        intake_paddle.locate(tmp_path / "e")
 
 
 def test_a_tool_environment_that_cannot_be_made_says_what_to_do(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """What a build starts from: an ONNX file (the ordinary path), a PyTorch model (exported here, the export judged
 against the original: :mod:`edgekit.intake_torch`), a TensorFlow SavedModel or Keras file (TensorFlow's TFLite
 converter or tf2onnx, in a tool environment: :mod:`edgekit.intake_tf`), a Paddle inference model (``opt`` or
-paddle2onnx, in the paddlelite tool environment: :mod:`edgekit.intake_paddle`) or a ``.tflite`` deployed as given
+paddle2onnx, in the paddlelite tool environment, or, for Paddle 3's JSON format, paddle2onnx 2 in the paddle3 one:
+:mod:`edgekit.intake_paddle`) or a ``.tflite`` deployed as given
 (:mod:`edgekit.intake_tflite`). docs/INTAKE.md says what comes in, how, and what is checked.
 
 An exported model handed to the ONNX build (``opts.exported``) is any object with: ``onnx_path`` (the ONNX file),

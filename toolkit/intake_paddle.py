@@ -4,7 +4,12 @@ tool environment (paddlepaddle 2.6.2, paddle2onnx, Paddle Lite's ``opt``; ``conv
 The ONNX export (paddle2onnx) is the reference of an ordinary build, its step judged first against Paddle Inference
 running the original on the build's own samples. The paddlelite backend does not convert that ONNX model: ``opt``
 reads the original (``Exported.paddle``) and the ``.nb`` is judged against Paddle's outputs directly
-(``Exported.reference_for``). The JSON program format (Paddle 3, PIR) is refused: paddlepaddle 2.6 cannot read it.
+(``Exported.reference_for``).
+
+A program in the JSON format (Paddle 3, PIR: ``inference.json`` + ``.pdiparams``) is read, run and exported in a
+second tool environment, ``paddle3`` (paddlepaddle 3, paddle2onnx 2; ``converters/tools/paddle3_intake.py``).
+Paddle Lite's ``opt`` reads only the older program format and Paddle 3 cannot write a PIR program in it, so such a
+model reaches paddlelite through its ONNX export (x2paddle, then opt), as an ONNX model does.
 """
 
 from __future__ import annotations
@@ -20,12 +25,44 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import BackendUnavailable, ConversionError, ModelError
+from .toolenvs.spec import ToolEnvSpec
 
 NAMES = ("inference", "model")  # the stems a model directory is searched for, in this order
 OPSET = 13  # asked of paddle2onnx; it raises it where an op needs a newer one (hard_swish: 14)
 OPTIONS = (
     "Options: replace the op in the model with ones paddle2onnx maps, or export ONNX yourself with a paddle2onnx "
     "that maps it (or with a custom op: paddle2onnx's custom_op_info) and build the .onnx"
+)
+
+PADDLE3 = ToolEnvSpec(
+    name="paddle3",
+    pythons=("3.10",),  # the one its pins were resolved and tested on
+    requirements=(  # every package of the environment (resolved on Python 3.10), pinned
+        "paddlepaddle==3.3.1",
+        "paddle2onnx==2.1.0",
+        "onnx==1.17.0",
+        "onnxoptimizer==0.3.13",
+        "polygraphy==0.53.6",
+        "packaging==26.4",  # imported by paddle2onnx 2.1.0, which does not declare it
+        "anyio==4.16.0",
+        "certifi==2026.10.19.post1",
+        "exceptiongroup==1.3.2",
+        "h11==0.16.0",
+        "httpcore==1.0.9",
+        "httpx==0.28.1",
+        "idna==3.20",
+        "ml_dtypes==0.7.0",
+        "networkx==3.4.2",
+        "numpy==2.2.6",
+        "opt-einsum==3.3.0",
+        "pillow==12.3.0",
+        "protobuf==7.36.2",
+        "safetensors==0.8.0",
+        "typing_extensions==4.16.0",
+    ),
+    check="import paddle, paddle2onnx, onnx, onnxoptimizer",
+    purpose="Paddle 3 programs in the JSON format (PIR): read and run by paddlepaddle 3, exported by paddle2onnx 2",
+    env=(("POLYGRAPHY_AUTOINSTALL_DEPS", "0"),),
 )
 
 
@@ -38,7 +75,8 @@ class Exported:
     section: Dict[str, Any]  # the report's ``export`` section
     run: Callable[[Sequence[Dict[str, np.ndarray]]], List[Dict[str, np.ndarray]]] = field(repr=False)
     workdir: Path = field(repr=False)
-    paddle: Dict[str, Any] = field(default_factory=dict)  # the original: model, params, input_names, output_names
+    paddle: Dict[str, Any] = field(default_factory=dict)  # the original for opt: model, params, input_names, ...
+    source: Dict[str, Any] = field(default_factory=dict)  # what runs the original: model, params, input_names
     reference_for: Tuple[str, ...] = ("paddlelite",)  # backends converting the original: judged against Paddle
     original_outputs: Optional[List[Dict[str, np.ndarray]]] = field(default=None, repr=False)  # run's last
 
@@ -56,19 +94,17 @@ def is_paddle_source(model: Any) -> bool:
 
 
 def locate(model: Any) -> Tuple[Path, Path]:
-    """(the .pdmodel, its .pdiparams), or a ModelError saying what is missing or why the format is refused."""
+    """(the .pdmodel or JSON program, its .pdiparams), or a ModelError saying what is missing."""
     path = Path(model)
     if path.is_dir():
         found = [path / f"{n}.pdmodel" for n in NAMES if (path / f"{n}.pdmodel").is_file()]
         found += sorted(p for p in path.glob("*.pdmodel") if p not in found)
         if not found:
-            jsons = [path / f"{n}.json" for n in NAMES if (path / f"{n}.json").is_file()]
-            if jsons:
-                json_refused(jsons[0])
-            raise ModelError(f"{path} holds no .pdmodel (looked for {', '.join(n + '.pdmodel' for n in NAMES)})")
+            found = [path / f"{n}.json" for n in NAMES if (path / f"{n}.json").is_file()]
+        if not found:
+            looked = ", ".join(f"{n}.{x}" for x in ("pdmodel", "json") for n in NAMES)
+            raise ModelError(f"{path} holds no Paddle program (looked for {looked}, then any .pdmodel)")
         path = found[0]
-    if path.suffix.lower() == ".json":
-        json_refused(path)
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     params = path.with_suffix(".pdiparams")
@@ -80,30 +116,29 @@ def locate(model: Any) -> Tuple[Path, Path]:
     return path, params
 
 
-def json_refused(path: Path) -> None:
-    raise ModelError(
-        f"{path.name} is a Paddle program in the JSON format (Paddle 3, PIR), which the paddlepaddle 2.6.2 of "
-        "edgekit's Paddle tool environment cannot read. Re-save it in the .pdmodel format with Paddle "
-        "(FLAGS_enable_pir_api=0 python -c '... paddle.jit.save(layer, \"inference\", input_spec=[...])', or "
-        "paddle 2.x), or export ONNX yourself (paddle2onnx 2.x reads the JSON format: paddle2onnx --model_dir DIR "
-        "--model_filename inference.json --params_filename inference.pdiparams --save_file model.onnx) and "
-        "build the .onnx"
-    )
-
-
-def _spec() -> Any:
+def _spec(json_format: bool) -> ToolEnvSpec:
+    if json_format:
+        return PADDLE3
     from .converters.paddlelite.backend import BACKEND
 
-    return BACKEND.toolenv
+    return BACKEND.toolenv  # type: ignore[no-any-return]
 
 
 def _tool(request: Dict[str, Any], work: Path, log: Any = None) -> Dict[str, Any]:
     from . import toolenvs
     from .converters.paddlelite.backend import TOOLS
 
+    json_format = str(request["model"]).lower().endswith(".json")
+    script = "paddle3_intake.py" if json_format else "paddle_intake.py"
     try:
-        return toolenvs.run_tool(_spec(), TOOLS / "paddle_intake.py", request, work, log=log)
+        return toolenvs.run_tool(_spec(json_format), TOOLS / script, request, work, log=log)
     except BackendUnavailable as e:
+        if json_format:
+            raise BackendUnavailable(
+                f"a Paddle program in the JSON format (Paddle 3, PIR) is read by edgekit's paddle3 tool environment "
+                f"(paddlepaddle 3.3.1, paddle2onnx 2.1.0), which could not be created: {e}. Retry with network "
+                "access to PyPI; or export ONNX yourself (paddle2onnx 2.x) and build the .onnx"
+            ) from None
         raise BackendUnavailable(
             f"a Paddle model is read by edgekit's Paddle tool environment (paddlepaddle 2.6.2, paddle2onnx, "
             f"paddlelite), which could not be created: {e}. Retry with network access to PyPI, or create it with "
@@ -119,7 +154,8 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
     work = Path(tempfile.mkdtemp(prefix="edgekit-export-"))
     try:
         base = {"model": str(pdmodel.resolve()), "params": str(params.resolve())}
-        log(f"reading the Paddle inference model {pdmodel.name} (Paddle tool environment)")
+        json_format = pdmodel.suffix.lower() == ".json"
+        log(f"reading the Paddle inference model {pdmodel.name} ({_spec(json_format).name} tool environment)")
         onnx_path = work / f"{pdmodel.stem}.onnx"
         request: Dict[str, Any] = dict(base, action="export", onnx=str(onnx_path), opset=OPSET, step="paddle2onnx")
         request.update(info=str(work / "info.json"), opt_dir=str(work / "for-opt"))
@@ -140,7 +176,7 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
         log(f"exported {pdmodel.name} to ONNX opset {res['opset']} (paddle2onnx {res['paddle2onnx']})")
         v = info["versions"]
         section: Dict[str, Any] = {
-            "from": "inference model",
+            "from": "JSON inference model" if json_format else "inference model",
             "framework": "Paddle",
             "file": str(pdmodel),
             "sha256": file_sha256(pdmodel),
@@ -160,13 +196,17 @@ def export(model: Any, input_shapes: Optional[Dict[str, list]], log: Callable[[s
             "export_seconds": res["seconds"],
         }
         exported = Exported(onnx_path=onnx_path, name=pdmodel.stem, section=section, run=lambda s: [], workdir=work)
-        exported.paddle = dict(
-            base,
-            input_names=[i["name"] for i in info["inputs"]],
-            output_names=[o["name"] for o in info["outputs"]],
-            for_opt=info["for_opt"],  # {model, params, flatten_as_reshape2}: what opt reads where the given crashes it
-            ops=info["ops"],  # [{type, outputs}]: to name an op a converter lacks
-        )
+        exported.source = dict(base, input_names=[i["name"] for i in info["inputs"]])
+        if json_format:  # opt cannot read it: paddlelite converts the ONNX export, judged against it
+            exported.reference_for = ()
+        else:
+            exported.paddle = dict(
+                exported.source,
+                output_names=[o["name"] for o in info["outputs"]],
+                # {model, params, flatten_as_reshape2}: what opt reads where the given program crashes it
+                for_opt=info["for_opt"],
+                ops=info["ops"],  # [{type, outputs}]: to name an op a converter lacks
+            )
         exported.run = lambda samples: _run(exported, samples)
         return exported
     except BaseException:
@@ -187,12 +227,12 @@ def _run(exported: Exported, samples: Sequence[Dict[str, np.ndarray]]) -> List[D
 
     work = Path(tempfile.mkdtemp(prefix="run-", dir=exported.workdir))
     try:
-        feeds = exported.paddle["input_names"]
+        feeds = exported.source["input_names"]
         arrays = {f"{i}/{n}": np.asarray(s[n]) for i, s in enumerate(samples) for n in feeds}
         np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
         req = dict(
-            model=exported.paddle["model"],
-            params=exported.paddle["params"],
+            model=exported.source["model"],
+            params=exported.source["params"],
             action="run",
             samples=str(work / "in.npz"),
             count=len(samples),
@@ -214,6 +254,13 @@ def _unsupported(work: Path, info: Dict[str, Any], error: Exception) -> Conversi
     if log.is_file():
         said = log.read_text(errors="replace")
     found = re.search(r"not supported yet, including ([\w, ]+)", said)
+    if not found and "unsupported operators" in str(error):  # paddle2onnx 2 aborts before its list is printed
+        types = sorted({o["type"] for o in info["ops"]})
+        return ConversionError(
+            f"paddle2onnx {info['versions']['paddle2onnx']} cannot export an op of this Paddle model and aborted "
+            f'without naming it ("Due to the unsupported operators, the conversion is aborted"); the program\'s '
+            f"ops are {', '.join(types)}. {OPTIONS}"
+        )
     if not found:
         return ConversionError(f"paddle2onnx could not export the Paddle model: {error}. {OPTIONS}")
     ops = [o.strip() for o in found.group(1).split(",") if o.strip()]

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "name",
         nargs="?",
-        help="backend (install, remove), or tensorflow / torch: the environments of TensorFlow and PyTorch-file intake",
+        help="backend (install, remove), or tensorflow / torch / paddle3: the environments of TensorFlow, "
+        "PyTorch-file and Paddle 3 JSON model intake",
     )
     output_options(s)
     s.set_defaults(func=run_backends)

@@ -44,6 +44,10 @@ def _backend_spec(name: str) -> ToolEnvSpec:
         from ..intake_torch_env import TOOLENV as TORCH
 
         return TORCH
+    if name == "paddle3":  # not a backend: Paddle 3 JSON (PIR) model intake (edgekit.intake_paddle)
+        from ..intake_paddle import PADDLE3
+
+        return PADDLE3
     be = converters.get(name)
     if getattr(be, "toolenv", None) is None:
         raise BackendUnavailable(
