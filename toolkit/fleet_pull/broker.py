@@ -142,7 +142,16 @@ class Broker:
             try:
                 topic, payload, retain = self._inbox.get(timeout=self.timeout)
             except queue.Empty:
-                raise TransportError(f"the MQTT broker {self.url} did not deliver within {self.timeout:g}s") from None
+                raise TransportError(
+                    f"the MQTT broker {self.url} did not deliver within {self.timeout:g}s"
+                    + (
+                        f" (after {len(found)} retained messages: a broker that caps each client's queue drops the "
+                        "rest, as Mosquitto's default max_queued_messages 1000 does on a fleet of more devices; "
+                        "raise it, docs/SCALE.md)"
+                        if len(found) >= 500
+                        else ""
+                    )
+                ) from None
             if topic == barrier:
                 break
             if retain and payload:
