@@ -104,6 +104,8 @@ def test_pull_agent_sends_field_records_and_ingest_stores_each_once(tiny_bundle,
         # the ingest is down while the device keeps sending: the broker keeps the batches for its session
         ingest.stop()
         traffic(root, 30)
+        # the agent's recorder writes its records in the background: wait for them before judging what was sent
+        wait_for(lambda: len(device_ids(root)) >= 70, "the device to record the new requests")
         cursor = root / "telemetry" / "field-cursor.json"
         wait_for(lambda: json.loads(cursor.read_text())["after_id"] == device_ids(root)[-1], "the device to send")
         assert len(stored_ids(field)) == before
