@@ -34,6 +34,14 @@ from ..errors import EdgekitError, TransportError
 PAHO_MISSING = "the MQTT commands need paho-mqtt: pip install 'edgekit[fleet]'"
 
 
+def release_sockets(client: Any) -> None:
+    """Close the wake-up socket pair paho opens for its network loop: paho closes it only in ``__del__``, so a
+    closed client would otherwise leave two loopback sockets to the garbage collector."""
+    reset = getattr(client, "_reset_sockets", None)
+    if reset is not None:
+        reset()
+
+
 def _check_tls(host: str, port: int, context: ssl.SSLContext, url: str, timeout: float) -> None:
     """The broker's certificate, checked before the MQTT client connects (a refusal names its reason)."""
     import socket
@@ -114,8 +122,11 @@ class Broker:
         self._inbox.put((message.topic, message.payload, bool(message.retain)))
 
     def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        try:
+            self.client.disconnect()
+            self.client.loop_stop()
+        finally:
+            release_sockets(self.client)
 
     def __enter__(self) -> Broker:
         return self

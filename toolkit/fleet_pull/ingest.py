@@ -23,7 +23,7 @@ from edgekit_agent.pull_layout import PayloadError, check_segment, parse_topic
 
 from ..errors import EdgekitError, TransportError
 from ..field import open_store
-from .broker import PAHO_MISSING, _check_tls
+from .broker import PAHO_MISSING, _check_tls, release_sockets
 
 BATCH_KEYS = ("store_id", "records", "events", "context")
 
@@ -151,6 +151,7 @@ class Ingest:
             self.client.disconnect()
             self.client.loop(0.2)
         finally:
+            release_sockets(self.client)
             if self._store is not None:
                 self._store.close()
                 self._store = None
