@@ -34,6 +34,37 @@ from ..errors import EdgekitError, TransportError
 PAHO_MISSING = "the MQTT commands need paho-mqtt: pip install 'edgekit[fleet]'"
 
 
+def mqtt_client(
+    url: str,
+    client_id: str,
+    clean_session: bool,
+    username: str | None,
+    password: str | None,
+    ca: str | None,
+    timeout: float,
+) -> tuple[Any, str, int]:
+    """A paho client (MQTT 3.1.1) for the broker ``url``, with its credentials and TLS set (the broker's certificate
+    checked first, so a TLS problem is named): ``(client, host, port)``; not connected yet."""
+    try:
+        import paho.mqtt.client as mqtt
+    except ImportError:
+        raise EdgekitError(PAHO_MISSING) from None
+    try:
+        host, port, tls = parse_broker(url)
+    except PayloadError as e:
+        raise EdgekitError(str(e)) from None
+    api = getattr(mqtt, "CallbackAPIVersion", None)
+    kw: dict[str, Any] = {"client_id": client_id, "clean_session": clean_session, "protocol": mqtt.MQTTv311}
+    client = mqtt.Client(api.VERSION2, **kw) if api is not None else mqtt.Client(**kw)  # else paho-mqtt 1.x
+    if username:
+        client.username_pw_set(username, password)
+    if tls or ca:
+        context = ssl.create_default_context(cafile=ca)
+        _check_tls(host, port, context, url, timeout)
+        client.tls_set_context(context)
+    return client, host, port
+
+
 def release_sockets(client: Any) -> None:
     """Close the wake-up socket pair paho opens for its network loop: paho closes it only in ``__del__``, so a
     closed client would otherwise leave two loopback sockets to the garbage collector."""
@@ -71,29 +102,14 @@ class Broker:
         timeout: float = 10.0,
     ) -> None:
         try:
-            import paho.mqtt.client as mqtt
-        except ImportError:
-            raise EdgekitError(PAHO_MISSING) from None
-        try:
-            self.host, self.port, tls = parse_broker(url)
             self.fleet = check_segment("fleet", fleet)
         except PayloadError as e:
             raise EdgekitError(str(e)) from None
         self.url, self.timeout = url, timeout
         self._inbox: queue.Queue[tuple[str, bytes, bool]] = queue.Queue()
         self._connected: queue.Queue[Any] = queue.Queue()
-        api = getattr(mqtt, "CallbackAPIVersion", None)
         client_id = f"edgekit-host-{uuid.uuid4().hex[:12]}"
-        if api is not None:
-            self.client = mqtt.Client(api.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311)
-        else:  # paho-mqtt 1.x
-            self.client = mqtt.Client(client_id=client_id, protocol=mqtt.MQTTv311)
-        if username:
-            self.client.username_pw_set(username, password)
-        if tls or ca:
-            context = ssl.create_default_context(cafile=ca)
-            _check_tls(self.host, self.port, context, url, timeout)
-            self.client.tls_set_context(context)
+        self.client, self.host, self.port = mqtt_client(url, client_id, True, username, password, ca, timeout)
         self.client.on_connect = lambda c, u, f, rc, *p: self._connected.put(rc)
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.client.on_message = self._on_message

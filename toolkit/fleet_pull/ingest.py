@@ -13,17 +13,15 @@ device's record ids) before the broker is acknowledged, in the thread that calls
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 import time
 from typing import Any, Callable
 
-from edgekit_agent.pull_config import parse_broker
 from edgekit_agent.pull_layout import PayloadError, check_segment, parse_topic
 
 from ..errors import EdgekitError, TransportError
 from ..field import open_store
-from .broker import PAHO_MISSING, _check_tls, release_sockets
+from .broker import mqtt_client, release_sockets
 
 BATCH_KEYS = ("store_id", "records", "events", "context")
 
@@ -56,11 +54,6 @@ class Ingest:
         on_batch: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         try:
-            import paho.mqtt.client as mqtt
-        except ImportError:
-            raise EdgekitError(PAHO_MISSING) from None
-        try:
-            self.host, self.port, tls = parse_broker(url)
             self.fleet = check_segment("fleet", fleet)
             self.client_id = check_segment("client id", client_id or f"edgekit-ingest-{self.fleet}")
         except PayloadError as e:
@@ -71,15 +64,8 @@ class Ingest:
         self._connected = threading.Event()
         self._refused: Any = None
         self._store: Any = None
-        api = getattr(mqtt, "CallbackAPIVersion", None)
-        kw = {"client_id": self.client_id, "clean_session": False, "protocol": mqtt.MQTTv311}
-        self.client = mqtt.Client(api.VERSION2, **kw) if api is not None else mqtt.Client(**kw)
-        if username:
-            self.client.username_pw_set(username, password)
-        if tls or ca:
-            context = ssl.create_default_context(cafile=ca)
-            _check_tls(self.host, self.port, context, url, timeout)
-            self.client.tls_set_context(context)
+        # a persistent session (clean_session off): the broker keeps what devices sent while the ingest was down
+        self.client, self.host, self.port = mqtt_client(url, self.client_id, False, username, password, ca, timeout)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
 
