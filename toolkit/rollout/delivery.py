@@ -51,7 +51,29 @@ class Delivery(Protocol):
         ...
 
 
-class DirectDelivery:
+class Reachability:
+    """``reachable``/``why`` for a delivery: ``_probe(device)`` raises EdgekitError saying why it cannot reach it."""
+
+    def __init__(self) -> None:
+        self._why: dict[str, str] = {}
+
+    def _probe(self, device: FleetDevice) -> None:
+        raise NotImplementedError
+
+    def reachable(self, device: FleetDevice) -> bool:
+        try:
+            self._probe(device)
+        except EdgekitError as e:
+            self._why[device.name] = str(e)
+            return False
+        self._why.pop(device.name, None)
+        return True
+
+    def why(self, device: FleetDevice) -> str | None:
+        return self._why.get(device.name)
+
+
+class DirectDelivery(Reachability):
     """Over :func:`edgekit.deployer.open_device` and the agent's API, one connection per device, kept until
     :meth:`close` (a rollout step closes them all at its end)."""
 
@@ -63,7 +85,7 @@ class DirectDelivery:
         self.profile = bundle_profile(manifest)
         self.backend = manifest["backend"]
         self._open: dict[str, Device] = {}
-        self._why: dict[str, str] = {}
+        super().__init__()
 
     def _device(self, fd: FleetDevice) -> Device:
         from ..deployer import open_device
@@ -87,17 +109,8 @@ class DirectDelivery:
             self._open[fd.name] = dev
         return dev
 
-    def reachable(self, device: FleetDevice) -> bool:
-        try:
-            self._device(device)
-        except EdgekitError as e:
-            self._why[device.name] = str(e)
-            return False
-        self._why.pop(device.name, None)
-        return True
-
-    def why(self, device: FleetDevice) -> str | None:
-        return self._why.get(device.name)
+    def _probe(self, device: FleetDevice) -> None:
+        self._device(device)
 
     def current(self, device: FleetDevice, model: str) -> str | None:
         served = {m["name"]: m.get("version") for m in self._device(device).models()}
@@ -129,4 +142,4 @@ class DirectDelivery:
         self._open.clear()
 
 
-__all__ = ["Delivery", "DirectDelivery"]
+__all__ = ["Delivery", "DirectDelivery", "Reachability"]

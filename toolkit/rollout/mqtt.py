@@ -24,6 +24,7 @@ from urllib.parse import urlencode, urlparse
 
 from ..errors import EdgekitError, TransportError
 from ..inventory import FleetDevice
+from .delivery import Reachability
 
 if TYPE_CHECKING:
     from ..field import FieldStore
@@ -70,7 +71,7 @@ def devices_in(broker: Broker, group: str | None) -> list[str]:
     return names
 
 
-class MqttDelivery:
+class MqttDelivery(Reachability):
     """The :class:`edgekit.rollout.delivery.Delivery` protocol over a broker and a bundle store."""
 
     def __init__(
@@ -90,7 +91,7 @@ class MqttDelivery:
         self._broker: Broker | None = None
         self._digests: dict[str, str] = {}  # bundle directory -> digest (published once)
         self._versions: dict[str, str] = {}  # version -> digest, from what devices reported
-        self._why: dict[str, str] = {}
+        super().__init__()
         self._lock = threading.RLock()  # one broker connection, used by the rollout's worker threads in turn
 
     @property
@@ -114,17 +115,8 @@ class MqttDelivery:
     def devices(self, names: list[str]) -> dict[str, FleetDevice]:
         return {n: fleet_device(n, self.url) for n in names}
 
-    def reachable(self, device: FleetDevice) -> bool:
-        try:
-            self._state(device)
-        except EdgekitError as e:
-            self._why[device.name] = str(e)
-            return False
-        self._why.pop(device.name, None)
-        return True
-
-    def why(self, device: FleetDevice) -> str | None:
-        return self._why.get(device.name)
+    def _probe(self, device: FleetDevice) -> None:
+        self._state(device)
 
     def current(self, device: FleetDevice, model: str) -> str | None:
         return ((self._state(device).get("models") or {}).get(model) or {}).get("version")
