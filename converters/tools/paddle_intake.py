@@ -143,6 +143,8 @@ def run(req: Dict[str, Any]) -> Dict[str, Any]:
     config = pi.Config(req["model"], req["params"])
     config.disable_gpu()
     config.switch_ir_optim(False)  # the program as written, not Paddle Inference's fused rewrite of it
+    if not req.get("mkldnn", True):  # Paddle 3.3.1 cannot run PIR programs with oneDNN on
+        config.disable_mkldnn()
     config.disable_glog_info()
     predictor = pi.create_predictor(config)
     data = np.load(req["samples"])
