@@ -12,7 +12,9 @@ Stdlib only, Python 3.7: the agent reads it to fetch and subscribe, the host (``
     edgekit/FLEET/devices/ID/events      by the agent: one message per install attempt (ok or the error)
     edgekit/FLEET/devices/ID/field       by the agent: its new field records (the /v1/telemetry batch shape)
 
-A desired payload: ``{"models": {"NAME": {"digest": "sha256:HEX", "store": "https://host/prefix"}}}``.
+A desired payload: ``{"models": {"NAME": {"digest": "sha256:HEX", "store": "https://host/prefix"}}}``; an entry
+``{"remove": true}`` instead tells the device to stop serving NAME and delete its versions (a device's entry
+overrides its groups', so it can remove for one device what a group runs).
 """
 
 import json
@@ -84,9 +86,10 @@ def parse_topic(topic: str) -> Optional[Tuple[str, str, str]]:
     return parts[2], parts[3], parts[4]
 
 
-def parse_desired(payload: bytes) -> Dict[str, Dict[str, str]]:
-    """``{model: {"digest": "sha256:HEX", "store": URL}}`` from a desired payload; an empty payload (a cleared
-    retained message) desires nothing. PayloadError says what is wrong with any other."""
+def parse_desired(payload: bytes) -> Dict[str, Dict[str, Any]]:
+    """``{model: {"digest": "sha256:HEX", "store": URL}}`` (or ``{model: {"remove": True}}``) from a desired
+    payload; an empty payload (a cleared retained message) desires nothing. PayloadError says what is wrong with
+    any other."""
     if not payload:
         return {}
     try:
@@ -94,11 +97,18 @@ def parse_desired(payload: bytes) -> Dict[str, Dict[str, str]]:
     except (UnicodeDecodeError, ValueError) as e:
         raise PayloadError("desired state is not JSON (%s)" % e) from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise PayloadError('desired state must be an object {"models": {NAME: {"digest", "store"}}}')
-    out = {}  # type: Dict[str, Dict[str, str]]
+        raise PayloadError(
+            'desired state must be an object {"models": {NAME: {"digest", "store"} or {"remove": true}}}'
+        )
+    out = {}  # type: Dict[str, Dict[str, Any]]
     for name, want in data["models"].items():
         if not MODEL_RE.match(name) or ".." in name:
             raise PayloadError("desired state names an invalid model %r" % name)
+        if isinstance(want, dict) and "remove" in want:
+            if want != {"remove": True}:
+                raise PayloadError('desired model %r: a removal is {"remove": true} and nothing else' % name)
+            out[name] = {"remove": True}
+            continue
         if not isinstance(want, dict) or not isinstance(want.get("store"), str):
             raise PayloadError("desired model %r needs a digest and a store URL" % name)
         if not want["store"].startswith(("http://", "https://")):
@@ -107,8 +117,8 @@ def parse_desired(payload: bytes) -> Dict[str, Dict[str, str]]:
     return out
 
 
-def desired_payload(models: Dict[str, Dict[str, str]]) -> bytes:
-    """The payload for ``{model: {"digest", "store"}}`` (checked the way the agent checks it)."""
+def desired_payload(models: Dict[str, Dict[str, Any]]) -> bytes:
+    """The payload for ``{model: {"digest", "store"} or {"remove": True}}`` (checked the way the agent checks it)."""
     body = json.dumps({"models": models}, sort_keys=True).encode("utf-8")
     parse_desired(body)
     return body

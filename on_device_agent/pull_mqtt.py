@@ -4,7 +4,8 @@ Subscribes (QoS 1) to ``edgekit/FLEET/devices/ID/desired`` and ``edgekit/FLEET/g
 group (retained: a device that was offline when they changed gets them on connecting); the device's entries
 override its groups'. Each model whose desired bundle it does not run yet is fetched (:mod:`.pull_fetch`),
 checked to load, committed and loaded; every attempt is reported on ``.../devices/ID/events`` and what the agent
-runs on ``.../devices/ID/state`` (retained). A failed install leaves the old version serving; a transient failure
+runs on ``.../devices/ID/state`` (retained). A model desired ``{"remove": true}`` is unloaded and its versions
+deleted. A failed install leaves the old version serving; a transient failure
 is tried again with backoff, a permanent one when the desired state changes or the agent reconnects. New field
 records go to ``.../devices/ID/field`` every ``--field-interval`` seconds (:mod:`.pull_field`).
 """
@@ -38,7 +39,7 @@ class PullAgent(object):
         self.topics += [group_topic(config.fleet, g) for g in config.groups]
         self.state_topic = device_topic(config.fleet, config.device_id, "state")
         self.events_topic = device_topic(config.fleet, config.device_id, "events")
-        self._desired: Dict[str, Dict[str, Dict[str, str]]] = {}
+        self._desired: Dict[str, Dict[str, Dict[str, Any]]] = {}
         self._done: Dict[str, Tuple[str, str, str]] = {}  # model -> (digest, store, version installed)
         # model -> ((digest, store), retry at (None: not before the desired state changes), last wait, error)
         self._failed: Dict[str, Tuple[Tuple[str, str], Optional[float], float, str]] = {}
@@ -133,9 +134,9 @@ class PullAgent(object):
         return bool(info.is_published())
 
     # -- reconciling --------------------------------------------------------------
-    def desired(self) -> Dict[str, Dict[str, str]]:
+    def desired(self) -> Dict[str, Dict[str, Any]]:
         """The merged desired state: the groups' entries in the order given, then the device's own."""
-        merged = {}  # type: Dict[str, Dict[str, str]]
+        merged = {}  # type: Dict[str, Dict[str, Any]]
         with self._lock:
             for topic in self.topics[1:] + self.topics[:1]:
                 merged.update(self._desired.get(topic, {}))
@@ -158,9 +159,15 @@ class PullAgent(object):
         return max(0.0, min(due) - time.time()) if due else None
 
     def reconcile(self) -> None:
-        """Install what is desired and not run yet; then report the state."""
+        """Install what is desired and not run yet, remove what is desired removed; then report the state."""
         store = self.service.store
         for name, want in sorted(self.desired().items()):
+            if want.get("remove"):
+                with self._lock:
+                    refused = name in self._failed and self._failed[name][0][0] == "remove"
+                if name in store.names() and not refused:  # a failed removal waits for a new desired state
+                    self._remove(name)
+                continue
             key = (want["digest"], want["store"])
             done = self._done.get(name)
             if done and done[:2] == key and store.current_version(name) == done[2]:
@@ -199,6 +206,24 @@ class PullAgent(object):
             except Exception as e:
                 event["load_error"] = str(e)
         self.log("installed %s %s" % (name, result["version"]))
+        self._publish(self.events_topic, event, retain=False)
+
+    def _remove(self, name: str) -> None:
+        """Stop serving ``name`` and delete its versions (a desired ``{"remove": true}``, e.g. a rollback)."""
+        event = {"model": name, "remove": True}  # type: Dict[str, Any]
+        try:
+            self.service.remove(name)
+        except Exception as e:
+            with self._lock:
+                self._failed[name] = (("remove", ""), None, 0.0, str(e))
+            self.log("removing %s failed: %s" % (name, e))
+            event.update(ok=False, error=str(e), permanent=True)
+        else:
+            self._done.pop(name, None)
+            with self._lock:
+                self._failed.pop(name, None)
+            self.log("removed %s" % name)
+            event.update(ok=True)
         self._publish(self.events_topic, event, retain=False)
 
     def _commit(self, name: str, version: str, signature: Any = None) -> Dict[str, Any]:

@@ -115,9 +115,20 @@ def test_publish_desire_agent_installs_reports_and_catches_up(tiny_bundle, tmp_p
             start_agent(root, mq.url, "--device-id", "dev1", "--group", "cams", "--fleet", "lab")
             wait_state(broker, "dev1", runs(version_of(v3)))
 
-        assert edgekit_main(["fleet", "state", "--broker", mq.url, "--fleet", "lab"]) == 0
-        out = capsys.readouterr().out
-        assert "dev1" in out and version_of(v3) in out and d3 in out
+            assert edgekit_main(["fleet", "state", "--broker", mq.url, "--fleet", "lab"]) == 0
+            out = capsys.readouterr().out
+            assert "dev1" in out and version_of(v3) in out and d3 in out
+
+            # a removal desired for this device overrides its group's entry: it stops serving and deletes the model
+            remove = ["fleet", "undesire", "tiny", "--remove", "--device", "dev1", "--broker", mq.url, "--fleet", "lab"]
+            assert edgekit_main(remove) == 0
+            assert capsys.readouterr().out.strip() == "edgekit/lab/devices/dev1/desired: tiny removed"
+            gone = next_event(broker)
+            while not gone.get("remove"):  # the install when it came back, before it
+                gone = next_event(broker)
+            assert gone["ok"]
+            state = wait_state(broker, "dev1", lambda st: "tiny" not in (st.get("models") or {}))
+            assert state["desired"] == {"tiny": {"remove": True}} and not (root / "models/tiny").exists()
 
 
 def test_broker_credentials_and_bad_input(tmp_path, agent_roots):
@@ -223,3 +234,22 @@ def test_edgekit_agent_start_pull_starts_the_device_agent_pulling(agent_roots, c
         assert "given to `edgekit agent start`, not to status" in capsys.readouterr().err
         assert edgekit_main(["agent", "start", *device, "--pull", mq.url]) == 1
         assert "--pull needs --device-id" in capsys.readouterr().err
+
+
+def test_a_rollout_rollback_removes_a_model_the_device_served_no_version_of(tiny_bundle, tmp_path, agent_roots):
+    from edgekit.rollout import MqttDelivery
+
+    store, root = tmp_path / "store", agent_roots("fresh")
+    with Nginx(store) as nginx, Mosquitto() as mq, Broker(mq.url, fleet="lab") as broker:
+        start_agent(root, mq.url, "--device-id", "new1", "--fleet", "lab")
+        wait_state(broker, "new1", lambda st: st.get("models") == {})
+        delivery = MqttDelivery(mq.url, str(store), nginx.url, fleet="lab", install_wait_s=60)
+        try:
+            device = delivery.devices(["new1"])["new1"]
+            delivery.install(device, tiny_bundle)  # the model's first version on this device
+            assert delivery.current(device, "tiny") == version_of(tiny_bundle)
+            delivery.rollback(device, "tiny", None)  # nothing to go back to: the model goes
+            assert delivery.current(device, "tiny") is None and not (root / "models/tiny").exists()
+            assert broker.desired(device="new1") == {"tiny": {"remove": True}}
+        finally:
+            delivery.close()

@@ -132,7 +132,11 @@ def test_desired_payloads_and_names_are_checked():
     assert parse_desired(json.dumps({"models": {"tiny": {"digest": "a" * 64, "store": "http://s"}}}).encode()) == {
         "tiny": {"digest": "sha256:" + "a" * 64, "store": "http://s"}
     }
+    removal = {"tiny": {"remove": True}, "other": good["tiny"]}  # a removal entry beside an ordinary one
+    assert parse_desired(desired_payload(removal)) == removal
     for payload, message in [
+        (json.dumps({"models": {"tiny": {"remove": False}}}).encode(), "a removal is"),
+        (json.dumps({"models": {"tiny": dict(good["tiny"], remove=True)}}).encode(), "a removal is"),
         (b"{", "not JSON"),
         (b"[]", "must be an object"),
         (json.dumps({"models": {"../x": good["tiny"]}}).encode(), "invalid model"),

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_desire)
     u = fsub.add_parser("undesire", help="take a model out of a group's or a device's desired state")
     u.add_argument("model", help="the model's name on the devices")
+    u.add_argument(
+        "--remove", action="store_true", help="tell the devices to stop serving it and delete its versions instead"
+    )
     _target(u)
     _broker(u)
     u.set_defaults(func=run_undesire)
@@ -96,14 +99,18 @@ def run_publish(args: argparse.Namespace) -> int:
 def run_desire(args: argparse.Namespace) -> int:
     with _open(args) as broker:
         result = broker.desire(args.model, args.digest, args.store_url, group=args.group, device=args.device)
-    emit(args, result, lambda r: f"{r['topic']}: " + ", ".join(f"{m} {w['digest']}" for m, w in r["models"].items()))
+    emit(args, result, lambda r: f"{r['topic']}: " + _entries(r["models"]))
     return 0
+
+
+def _entries(models: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{m} {'removed' if w.get('remove') else w['digest']}" for m, w in sorted(models.items()))
 
 
 def run_undesire(args: argparse.Namespace) -> int:
     with _open(args) as broker:
-        result = broker.undesire(args.model, group=args.group, device=args.device)
-    emit(args, result, lambda r: f"{r['topic']}: " + (", ".join(sorted(r["models"])) or "nothing desired"))
+        result = broker.undesire(args.model, group=args.group, device=args.device, remove=args.remove)
+    emit(args, result, lambda r: f"{r['topic']}: " + (_entries(r["models"]) or "nothing desired"))
     return 0
 
 

@@ -193,8 +193,8 @@ class Broker:
             raise TransportError(f"the MQTT broker {self.url} did not take the message for {topic}")
 
     # -- desired state -----------------------------------------------------------------
-    def desired(self, group: str | None = None, device: str | None = None) -> dict[str, dict[str, str]]:
-        """What a group or a device is told to run now: ``{model: {"digest", "store"}}``."""
+    def desired(self, group: str | None = None, device: str | None = None) -> dict[str, dict[str, Any]]:
+        """What a group or a device is told to run now: ``{model: {"digest", "store"} or {"remove": True}}``."""
         topic = self.desired_topic(group, device)
         payload = self.retained(topic).get(topic, b"")
         try:
@@ -203,7 +203,7 @@ class Broker:
             raise EdgekitError(f"{topic} holds a desired state edgekit cannot read ({e}); set it again") from None
 
     def set_desired(
-        self, models: dict[str, dict[str, str]], group: str | None = None, device: str | None = None
+        self, models: dict[str, dict[str, Any]], group: str | None = None, device: str | None = None
     ) -> dict[str, Any]:
         """Replace the whole desired state of a group or device (an empty ``models`` clears it)."""
         topic = self.desired_topic(group, device)
@@ -222,9 +222,15 @@ class Broker:
         models[model] = {"digest": digest if digest.startswith("sha256:") else f"sha256:{digest}", "store": store}
         return self.set_desired(models, group, device)
 
-    def undesire(self, model: str, group: str | None = None, device: str | None = None) -> dict[str, Any]:
-        """Take ``model`` out of a group's or a device's desired state (devices keep what they installed)."""
+    def undesire(
+        self, model: str, group: str | None = None, device: str | None = None, remove: bool = False
+    ) -> dict[str, Any]:
+        """Take ``model`` out of a group's or a device's desired state (devices keep what they installed); with
+        ``remove``, desire its removal instead: the devices stop serving it and delete its versions."""
         models = self.desired(group, device)
+        if remove:
+            models[model] = {"remove": True}
+            return self.set_desired(models, group, device)
         if model not in models:
             raise EdgekitError(
                 f"{self.desired_topic(group, device)} desires no model {model!r} (it has: "

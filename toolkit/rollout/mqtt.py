@@ -3,8 +3,8 @@
 ``install`` publishes the bundle to the store (once) and sets the device's own desired entry
 (``edgekit/FLEET/devices/ID/desired``, retained: a device offline now picks it up when it connects), then waits
 for the device's retained state to report the bundle's digest; ``rollback`` sets the entry back to the previous
-version's digest (the device keeps older versions installed and reuses them), or takes the model out of the entry
-when the device served none before (the pull design removes nothing: the device keeps serving what it has).
+version's digest (the device keeps older versions installed and reuses them), or desires the model's removal
+when the device served none before (``{"remove": true}``: the device stops serving it and deletes it).
 ``reachable``/``current`` read the device's retained state; ``collect`` pulls nothing: the devices send their field
 records to the broker and ``edgekit fleet ingest`` writes them into the field store.
 
@@ -121,19 +121,21 @@ class MqttDelivery(Reachability):
     def current(self, device: FleetDevice, model: str) -> str | None:
         return ((self._state(device).get("models") or {}).get(model) or {}).get("version")
 
-    def _wait(self, device: FleetDevice, model: str, digest: str, what: str) -> None:
+    def _wait(self, device: FleetDevice, model: str, digest: str | None, what: str) -> None:
+        """Until the device's state serves ``digest`` of ``model`` (None: serves no version of it)."""
         end = time.monotonic() + self.install_wait_s
+        target = digest or f"{model} removed"
         while True:
             st = self._state(device)
-            served = (st.get("models") or {}).get(model) or {}
-            if served.get("digest") == digest:
+            models = st.get("models") or {}
+            if (model not in models) if digest is None else ((models.get(model) or {}).get("digest") == digest):
                 return
             failed = (st.get("failed") or {}).get(model) or {}
-            if failed.get("digest") == digest:
-                raise EdgekitError(f"{device.name} could not {what} {digest}: {failed.get('error')}")
+            if failed.get("digest") == (digest or "remove"):
+                raise EdgekitError(f"{device.name} could not {what} {digest or model}: {failed.get('error')}")
             if time.monotonic() >= end:
                 raise TransportError(
-                    f"{device.name} has not reported {digest} within {self.install_wait_s:g}s (its last state: "
+                    f"{device.name} has not reported {target} within {self.install_wait_s:g}s (its last state: "
                     f"{st.get('time') or 'undated'}; offline? it picks up its desired state when it connects)"
                 )
             time.sleep(0.5)
@@ -162,14 +164,14 @@ class MqttDelivery(Reachability):
             raise EdgekitError(f"cannot find the digest of version {version} in the store ({url}: {e})") from None
 
     def rollback(self, device: FleetDevice, model: str, to_version: str | None) -> None:
+        digest = None
         with self._lock:
             if to_version is None:
-                if model in self.broker.desired(device=device.name):
-                    self.broker.undesire(model, device=device.name)
-                return
-            digest = self._digest_of(to_version)
-            self.broker.desire(model, digest, self.store_url, device=device.name)
-        self._wait(device, model, digest, "roll back to")
+                self.broker.undesire(model, device=device.name, remove=True)
+            else:
+                digest = self._digest_of(to_version)
+                self.broker.desire(model, digest, self.store_url, device=device.name)
+        self._wait(device, model, digest, "roll back to" if digest else "remove")
 
     def collect(self, device: FleetDevice, store: FieldStore | PgFieldStore) -> None:
         """Nothing to pull: ``edgekit fleet ingest`` writes what the devices send."""
