@@ -251,5 +251,6 @@ def test_a_rollout_rollback_removes_a_model_the_device_served_no_version_of(tiny
             delivery.rollback(device, "tiny", None)  # nothing to go back to: the model goes
             assert delivery.current(device, "tiny") is None and not (root / "models/tiny").exists()
             assert broker.desired(device="new1") == {"tiny": {"remove": True}}
+            assert broker.state("new1")["models"] == {} and broker.state("nobody") is None  # one device's topic
         finally:
             delivery.close()

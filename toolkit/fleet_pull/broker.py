@@ -2,7 +2,7 @@
 
     with Broker("mqtt://broker:1883", fleet="plant-a") as broker:
         broker.desire(group="cameras", model="det", digest="sha256:...", store="https://store/edgekit")
-        broker.states()      # {device id: its retained state}
+        broker.states()      # {device id: its retained state}; broker.state(ID): one device's
 
 Desired state is retained on ``edgekit/FLEET/{devices/ID,groups/GROUP}/desired`` (topics and payloads:
 :mod:`edgekit_agent.pull_layout`); a device that is offline now picks it up when it connects. Reads of retained
@@ -242,9 +242,20 @@ class Broker:
     # -- what devices report -------------------------------------------------------------
     def states(self) -> dict[str, dict[str, Any]]:
         """``{device id: its retained state}`` for every device of the fleet that reported one."""
+        return self._states(f"edgekit/{self.fleet}/devices/+/state")
+
+    def state(self, device: str) -> dict[str, Any] | None:
+        """One device's retained state (None: it reported none); reads that device's topic only."""
+        try:
+            topic = device_topic(self.fleet, device, "state")
+        except PayloadError as e:
+            raise EdgekitError(str(e)) from None
+        return self._states(topic).get(device)
+
+    def _states(self, topic: str) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for topic, payload in self.retained(f"edgekit/{self.fleet}/devices/+/state").items():
-            parsed = parse_topic(topic)
+        for found, payload in self.retained(topic).items():
+            parsed = parse_topic(found)
             if parsed is None:
                 continue
             try:

@@ -104,7 +104,7 @@ class MqttDelivery(Reachability):
 
     def _state(self, device: FleetDevice) -> dict[str, Any]:
         with self._lock:
-            st = self.broker.states().get(device.name)
+            st = self.broker.state(device.name)  # that device's topic only: a wave's checks cost O(devices)
         if st is None:
             raise TransportError(f"device {device.name} has reported no state to {self.url} (fleet {self.fleet})")
         for m in (st.get("models") or {}).values():
