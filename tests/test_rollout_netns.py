@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -166,6 +167,18 @@ def read_rollout(state: Path) -> dict | None:
         return s.get(ids[0]).to_dict() if ids else None
 
 
+def wait_for_event(field: Path, kind: str, version: str, timeout: float = 30.0) -> str:
+    """The detail of the first ``kind`` event for ``version`` that reached the field store."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with sqlite3.connect(field) as db:
+            row = db.execute("SELECT detail FROM events WHERE kind=? AND version=?", (kind, version)).fetchone()
+        if row:
+            return str(row[0])
+        time.sleep(0.3)
+    raise AssertionError(f"no {kind} event for {version} reached {field}")
+
+
 # -- the tests ---------------------------------------------------------------------------------------------------------
 def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(lab_fleet):
     f = lab_fleet
@@ -200,6 +213,22 @@ def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(l
         first = before["waves"][0][0]
         assert before["devices"][first]["state"] == "installed"
         assert serving(f, int(late[1:])) == f.v0  # offline: it has not got it
+        # a host restarted while the device is still away: a step that waits briefly leaves it installing
+        step = (
+            "import sys; from edgekit.rollout import Controller, MqttDelivery, RolloutState\n"
+            "with RolloutState(sys.argv[1]) as s:\n"
+            "    d = MqttDelivery(sys.argv[3], sys.argv[4], sys.argv[5], 'lab', install_wait_s=2)\n"
+            "    print(Controller(s, sys.argv[2], d, field_store=sys.argv[6]).step().devices[sys.argv[7]]['error'])"
+        )
+        argv = [state, r["id"], f.url, f.store, f.store_url, f.field, late]
+        p = subprocess.run(
+            f.lab.exec_prefix + [sys.executable, "-c", step, *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 0 and f"{late} has not reported sha256:" in p.stdout, p.stdout + p.stderr
+        assert (read_rollout(state) or {})["devices"][late]["state"] == "installing"
     finally:
         f.lab.set_link(f.devices[int(late[1:])], True)  # back online: its desired entry waited for it
     p = in_lab(
@@ -247,6 +276,8 @@ def test_unsigned_and_tampered_bundles_are_refused_and_the_old_version_serves(la
     assert r is not None and r["devices"][r["waves"][0][0]]["state"] == "failed", r["devices"]
     failed = states(f)[r["waves"][0][0]]["failed"]["tiny"]  # the agent's own word, in its retained state
     assert "is not signed" in failed["error"], failed
+    refused = wait_for_event(f.field, "install_refused", r["bundle_id"])  # the agent's event, sent with its records
+    assert "is not signed" in json.loads(refused)["reason"], refused
 
     tampered = signed_copy(variant(bundles["good"], f.dir / "v-t", pad_bytes=1000, seed=2), f.dir / "tampered", f.key)
     digest = publish(tampered, f.store)["digest"]
@@ -256,4 +287,6 @@ def test_unsigned_and_tampered_bundles_are_refused_and_the_old_version_serves(la
     assert manifest.read_text() != text
     p = in_lab(f.lab, "rollout", "start", *rollout_args(f, tampered, f.dir / "tampered.db"), check=1)
     assert "stopped and rolled back: wave 1: " in p.stderr and "the store was altered" in p.stderr, p.stderr
+    r = read_rollout(f.dir / "tampered.db")
+    assert r is not None and "the store was altered" in states(f)[r["waves"][0][0]]["failed"]["tiny"]["error"]
     assert all(serving(f, i) == old for i in range(DEVICES))
