@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Callable, Iterator
 
 import pytest
 from harness.agents import stop_agent
@@ -57,7 +58,11 @@ def signed_copy(src: Path, dst: Path, key: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab_fleet(tmp_path_factory, tiny_bundle, bundles):  # noqa: F811
+def lab_fleet(
+    tmp_path_factory: Any,
+    tiny_bundle: Path,
+    bundles: dict[str, Path],  # noqa: F811
+) -> Iterator[SimpleNamespace]:
     """Three devices of group ``lab`` serving the signed tiny model (v0) under traffic; the ingest runs."""
     from harness import netns
 
@@ -114,15 +119,15 @@ def edgekit(prefix: list[str], *args: object, check: int | None = 0) -> subproce
     return p
 
 
-def in_lab(lab, *args: object, check: int | None = 0) -> subprocess.CompletedProcess:
+def in_lab(lab: Any, *args: object, check: int | None = 0) -> subprocess.CompletedProcess:
     return edgekit(lab.exec_prefix, *args, check=check)
 
 
-def broker(f) -> list[str]:
+def broker(f: SimpleNamespace) -> list[str]:
     return ["--broker", f.url, "--fleet", "lab"]
 
 
-def states(f) -> dict:
+def states(f: SimpleNamespace) -> dict:
     return json.loads(in_lab(f.lab, "fleet", "state", *broker(f), "--json").stdout)["devices"]
 
 
@@ -130,7 +135,7 @@ def tiny(st: dict, device: str) -> str | None:
     return ((st.get(device) or {}).get("models") or {}).get("tiny", {}).get("version")
 
 
-def wait_until(f, check, what: str, timeout: float = 90.0) -> dict:
+def wait_until(f: SimpleNamespace, check: Callable[[dict], bool], what: str, timeout: float = 90.0) -> dict:
     end = time.monotonic() + timeout
     st: dict = {}
     while time.monotonic() < end:
@@ -141,7 +146,7 @@ def wait_until(f, check, what: str, timeout: float = 90.0) -> dict:
     raise AssertionError(f"timed out waiting for {what}; last states: {st}")
 
 
-def serving(f, i: int) -> str:
+def serving(f: SimpleNamespace, i: int) -> str:
     """What device ``i``'s agent serves, asked by the app in its namespace."""
     p = subprocess.run(
         f.devices[i].exec_prefix + [sys.executable, APP, str(f.roots[i]), "serving"],
@@ -153,7 +158,7 @@ def serving(f, i: int) -> str:
     return str(json.loads(p.stdout)["tiny"])
 
 
-def rollout_args(f, bundle: Path, state: Path) -> list[object]:
+def rollout_args(f: SimpleNamespace, bundle: Path, state: Path) -> list[object]:
     args: list[object] = [bundle, "--broker", f.url, "--fleet-name", "lab", "--store-url", f.store_url]
     args += ["--publish-to", f.store, "--group", "lab", "--waves", "1,2,3", *GATE]
     return args + ["--interval", "0.3s", "--state", state, "--store", f.field]
@@ -180,7 +185,7 @@ def wait_for_event(field: Path, kind: str, version: str, timeout: float = 30.0) 
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------------
-def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(lab_fleet):
+def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(lab_fleet: SimpleNamespace) -> None:
     f = lab_fleet
     state = f.dir / "good.db"
     good = version_of(f.bundles["good"])
@@ -247,7 +252,7 @@ def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(l
     assert {tiny(st, f"d{i}") for i in range(DEVICES)} == {good}
 
 
-def test_slow_bundle_is_stopped_at_wave_1_and_rolled_back_with_the_numbers(lab_fleet):
+def test_slow_bundle_is_stopped_at_wave_1_and_rolled_back_with_the_numbers(lab_fleet: SimpleNamespace) -> None:
     f = lab_fleet
     old = serving(f, 0)
     state = f.dir / "slow.db"
@@ -266,14 +271,18 @@ def test_slow_bundle_is_stopped_at_wave_1_and_rolled_back_with_the_numbers(lab_f
     assert all(serving(f, i) == old for i in range(DEVICES))
 
 
-def test_unsigned_and_tampered_bundles_are_refused_and_the_old_version_serves(lab_fleet, bundles):  # noqa: F811
+def test_unsigned_and_tampered_bundles_are_refused_and_the_old_version_serves(
+    lab_fleet: SimpleNamespace,
+    bundles: dict[str, Path],  # noqa: F811
+) -> None:
     f = lab_fleet
     old = serving(f, 0)
     unsigned = variant(bundles["good"], f.dir / "unsigned", pad_bytes=1000, seed=1)
     p = in_lab(f.lab, "rollout", "start", *rollout_args(f, unsigned, f.dir / "unsigned.db"), check=1)
     assert "stopped and rolled back: wave 1: " in p.stderr and "is not signed" in p.stderr, p.stderr
     r = read_rollout(f.dir / "unsigned.db")
-    assert r is not None and r["devices"][r["waves"][0][0]]["state"] == "failed", r["devices"]
+    assert r is not None
+    assert r["devices"][r["waves"][0][0]]["state"] == "failed", r["devices"]
     failed = states(f)[r["waves"][0][0]]["failed"]["tiny"]  # the agent's own word, in its retained state
     assert "is not signed" in failed["error"], failed
     refused = wait_for_event(f.field, "install_refused", r["bundle_id"])  # the agent's event, sent with its records
