@@ -10,7 +10,9 @@ never touched)::
 
 A slow device gets ``tc netem delay`` where the kernel has netem, otherwise a
 token-bucket rate limit (``tbf``) on both ends of its link (``device.shaping`` says
-which); a dead device has its link down, so nothing ever answers it.
+which); a dead device has its link down, so nothing ever answers it. ``lab.set_link(device, False)`` takes a
+device offline for a while (its processes keep running; ``True`` brings it back), ``device.exec_prefix`` runs a
+command in its namespace, and ``add_device(ssh=False)`` leaves out the sshd (a device that pulls instead).
 
 Devices share this machine's filesystem and processes (only the network is
 separate): give each its own agent directory. Names carry the creating process's pid;
@@ -129,6 +131,11 @@ class EmulatedDevice:
     def url(self):
         return f"ssh://root@{self.address}:{SSH_PORT}"
 
+    @property
+    def exec_prefix(self):
+        """Prefix a command with this to run it in the device's namespace (its own loopback and address)."""
+        return ["ip", "netns", "exec", self.netns]
+
     def __repr__(self):
         return f"<EmulatedDevice {self.netns} {self.address} {self.state}>"
 
@@ -177,8 +184,9 @@ class NetnsLab:
         _ip("ip", "netns", "add", ns)
         self._namespaces.append(ns)
 
-    def add_device(self, state="ok", delay_ms=200, rate="256kbit"):
-        """A device: ``state`` is "ok", "slow" (delayed or rate-limited link) or "dead" (link down, no sshd)."""
+    def add_device(self, state="ok", delay_ms=200, rate="256kbit", ssh=True):
+        """A device: ``state`` is "ok", "slow" (delayed or rate-limited link) or "dead" (link down, no sshd);
+        ``ssh=False``: no sshd on it."""
         if state not in ("ok", "slow", "dead"):
             raise ValueError(state)
         i = self._next
@@ -225,10 +233,15 @@ class NetnsLab:
                         netns=where,
                     )
                 dev.shaping = f"tbf rate {rate} each way (this kernel has no netem)"
-        dev.sshd = ThrowawaySSHD(netns=ns, host=address, port=SSH_PORT, startup_timeout=30)
         self.devices.append(dev)
-        dev.sshd.start()
+        if ssh:
+            dev.sshd = ThrowawaySSHD(netns=ns, host=address, port=SSH_PORT, startup_timeout=30)
+            dev.sshd.start()
         return dev
+
+    def set_link(self, device, up):
+        """Take ``device`` offline (its link down: nothing reaches it, its connections stall) or back online."""
+        _ip("ip", "link", "set", "eth0", "up" if up else "down", netns=device.netns)
 
     def stop(self):
         """Stop every sshd and delete every namespace of this lab (idempotent)."""

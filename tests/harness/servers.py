@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,17 +24,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout: float = 15.0) -> None:
+def _wait_port(
+    port: int,
+    proc: subprocess.Popen,
+    log: Path,
+    what: str,
+    timeout: float = 15.0,
+    host: str = "127.0.0.1",
+    netns: list[str] | None = None,
+) -> None:
+    """Wait until ``host:port`` accepts a connection; ``netns``: from inside that namespace (an ``ip netns exec``
+    prefix), where the server listens."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
+        if netns:
+            probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=0.5).close()"
+            if subprocess.run([*netns, sys.executable, "-c", probe], capture_output=True, timeout=30).returncode == 0:
+                return
+            time.sleep(0.1)
+            continue
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            socket.create_connection((host, port), timeout=0.5).close()
             return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
+    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout}s")
 
 
 def make_tls(directory: Path) -> dict[str, Path]:
@@ -106,16 +123,24 @@ class _Server:
 
 class Nginx(_Server):
     """``nginx`` serving ``root`` at ``http://127.0.0.1:PORT/`` (range requests on, as by default); the access log
-    records each request's status and Range header (:meth:`requests`)."""
+    records each request's status and Range header (:meth:`requests`). ``host``/``netns``: listen on that address
+    inside a network namespace (``netns``: its ``ip netns exec`` prefix, e.g. ``NetnsLab.exec_prefix``)."""
 
-    def __init__(self, root: str | Path, tls: dict[str, Path] | None = None, worker_connections: int = 64) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        tls: dict[str, Path] | None = None,
+        worker_connections: int = 64,
+        host: str = "127.0.0.1",
+        netns: list[str] | None = None,
+    ) -> None:
         if not os.path.exists(NGINX):
             raise RuntimeError("nginx is not installed: apt-get install nginx-light (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="nginx-"))
         self.port = free_port()
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
         self.access_log = self.dir / "access.log"
-        listen = f"listen 127.0.0.1:{self.port}" + (
+        listen = f"listen {host}:{self.port}" + (
             f" ssl; ssl_certificate {tls['cert']}; ssl_certificate_key {tls['key']}" if tls else ""
         )
         user = "user root;" if os.geteuid() == 0 else ""
@@ -143,26 +168,34 @@ http {{
         )
         with open(d / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
-                [NGINX, "-p", str(d), "-c", str(d / "nginx.conf")], stdout=subprocess.DEVNULL, stderr=err
+                [*(netns or []), NGINX, "-p", str(d), "-c", str(d / "nginx.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
             )
-        _wait_port(self.port, self.proc, d / "stderr.log", "nginx")
+        _wait_port(self.port, self.proc, d / "stderr.log", "nginx", host=host, netns=netns)
 
     def requests(self) -> list[str]:
         return self.access_log.read_text().splitlines() if self.access_log.exists() else []
 
 
 class Mosquitto(_Server):
-    """``mosquitto`` on ``mqtt://127.0.0.1:PORT`` (anonymous, or with ``users={name: password}`` only those)."""
+    """``mosquitto`` on ``mqtt://127.0.0.1:PORT`` (anonymous, or with ``users={name: password}`` only those);
+    ``host``/``netns`` as for :class:`Nginx`."""
 
     def __init__(
-        self, users: dict[str, str] | None = None, tls: dict[str, Path] | None = None, extra: list[str] | None = None
+        self,
+        users: dict[str, str] | None = None,
+        tls: dict[str, Path] | None = None,
+        extra: list[str] | None = None,
+        host: str = "127.0.0.1",
+        netns: list[str] | None = None,
     ) -> None:
         if not os.path.exists(MOSQUITTO):
             raise RuntimeError("mosquitto is not installed: apt-get install mosquitto (scripts/bootstrap.sh --test)")
         self.dir = Path(tempfile.mkdtemp(prefix="mosquitto-"))
         self.port = free_port()
-        self.url = f"{'mqtts' if tls else 'mqtt'}://127.0.0.1:{self.port}"
-        lines = [f"listener {self.port} 127.0.0.1", "persistence false", f"log_dest file {self.dir}/mosquitto.log"]
+        self.url = f"{'mqtts' if tls else 'mqtt'}://{host}:{self.port}"
+        lines = [f"listener {self.port} {host}", "persistence false", f"log_dest file {self.dir}/mosquitto.log"]
         if tls:
             lines += [f"cafile {tls['ca']}", f"certfile {tls['cert']}", f"keyfile {tls['key']}"]
         lines.append("user root" if os.geteuid() == 0 else "")
@@ -179,9 +212,11 @@ class Mosquitto(_Server):
         (self.dir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
-                [MOSQUITTO, "-c", str(self.dir / "mosquitto.conf")], stdout=subprocess.DEVNULL, stderr=err
+                [*(netns or []), MOSQUITTO, "-c", str(self.dir / "mosquitto.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
             )
-        _wait_port(self.port, self.proc, self.dir / "stderr.log", "mosquitto")
+        _wait_port(self.port, self.proc, self.dir / "stderr.log", "mosquitto", host=host, netns=netns)
 
 
 class CuttingProxy:
