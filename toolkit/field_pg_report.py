@@ -33,6 +33,7 @@ from .field_pg import (
     RESOLUTION,
     PgFieldStore,
 )
+from .field_pg_schema import COUNT_BITS, COUNT_MASK
 from .field_summary import shares_and_regressions
 
 POINTS = 60
@@ -85,12 +86,13 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
         infer_sql += "WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2"
         queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
         queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
-    else:
-        src = f"(SELECT h.* FROM field_hours h {of_groups})"
+    else:  # one row per group over all time, its histograms packed (field_pg_schema)
+        src = f"(SELECT h.* FROM field_totals h {of_groups})"
         stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
         stats += "sum(queue_n)"
-        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h {of_groups}"
-        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h {of_groups}"
+        unpack = f"(x >> {COUNT_BITS})::int, (x & {COUNT_MASK})::int"
+        infer_sql = f"SELECT h.gid, {unpack} FROM field_totals h CROSS JOIN unnest(h.dist) x {of_groups}"
+        queue_sql = f"SELECT h.gid, {unpack} FROM field_totals h CROSS JOIN unnest(h.qdist) x {of_groups}"
     # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
         f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
@@ -130,6 +132,8 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     of_model = np.array([model_keys[(g[1], g[2])] for g in groups] or [0], dtype=np.int64)
     spans = db.execute(
         f"SELECT gid, min(ok_first_ts), max(ok_last_ts) FROM field_hours h WHERE infer_n > 0 {hcond} GROUP BY gid"
+        if since_s
+        else f"SELECT h.gid, h.ok_first_ts, h.ok_last_ts FROM field_totals h {of_groups} AND h.infer_n > 0"
     ).fetchall()
     lo = np.full(len(groups), np.inf)
     hi = np.full(len(groups), -np.inf)
