@@ -208,6 +208,20 @@ def test_a_postgresql_url_in_the_config_or_environment_is_kept_as_written(tmp_pa
     assert load_config({"EDGEKIT_FIELD_STORE": url, "HOME": str(tmp_path)}).field_store == url
 
 
+V1 = f"""
+CREATE TABLE field_dist AS SELECT gid, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_totals, unnest(dist) x;
+CREATE TABLE field_queue_dist AS SELECT gid, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_totals, unnest(qdist) x;
+CREATE TABLE field_hour_hist AS SELECT gid, hour, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_hours, unnest(hist) x;
+ALTER TABLE field_hours DROP COLUMN hist;
+DROP TABLE field_totals, field_schema;
+DROP FUNCTION field_hist_add;
+DROP INDEX field_groups_model;
+"""
+
+
 def totals(store):
     """field_totals by group: counters (sums rounded: their order of addition differs) and packed histograms."""
     rows = store.db.execute(
@@ -237,11 +251,13 @@ def test_the_all_time_rollup_is_idempotent_rebuilt_and_filled_on_upgrade(tmp_pat
         assert_same_report(report(lite, now=now), full)
         assert pgs.rebuild_rollups() == 4500 and totals(pgs) == first
         assert pgs.db.execute("SELECT version FROM field_schema").fetchall() == [(2,)]
-        # a store from before the all-time rollup (schema version 1): the table, its version and function absent
-        pgs.db.execute("DROP TABLE field_totals, field_schema")
-        pgs.db.execute("DROP FUNCTION field_hist_add")
+        hours = pgs.db.execute("SELECT gid, hour, hist FROM field_hours ORDER BY 1, 2").fetchall()
+        # the store as schema version 1 wrote it: histograms one row per bucket, no all-time rows
+        pgs.db.execute(V1)
     with open_store(pg_url, create=False) as old, FieldStore(tmp_path / "f.db") as lite:
-        assert not old.created and totals(old) == first  # filled from the hourly rollups on first use
+        assert not old.created and totals(old) == first  # filled from the other rollups on first use
+        assert old.db.execute("SELECT gid, hour, hist FROM field_hours ORDER BY 1, 2").fetchall() == hours
+        assert old.db.execute("SELECT to_regclass('field_dist')").fetchone()[0] is None
         assert_same_report(full, report(old, now=now))  # the same report (sums added in another order)
         more = synthetic("store0", 300, t0 + DAY, seed=7, start_id=5000)  # later pulls add to the filled rows
         for s in (old, lite):

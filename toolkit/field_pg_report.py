@@ -33,7 +33,6 @@ from .field_pg import (
     RESOLUTION,
     PgFieldStore,
 )
-from .field_pg_schema import COUNT_BITS, COUNT_MASK
 from .field_summary import shares_and_regressions
 
 POINTS = 60
@@ -90,9 +89,8 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
         src = f"(SELECT h.* FROM field_totals h {of_groups})"
         stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
         stats += "sum(queue_n)"
-        unpack = f"(x >> {COUNT_BITS})::int, (x & {COUNT_MASK})::int"
-        infer_sql = f"SELECT h.gid, {unpack} FROM field_totals h CROSS JOIN unnest(h.dist) x {of_groups}"
-        queue_sql = f"SELECT h.gid, {unpack} FROM field_totals h CROSS JOIN unnest(h.qdist) x {of_groups}"
+        infer_sql = f"SELECT h.gid, h.dist FROM field_totals h {of_groups}"
+        queue_sql = f"SELECT h.gid, h.qdist FROM field_totals h {of_groups}"
     # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
         f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
@@ -117,7 +115,11 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     lookup[list(index)] = list(index.values())
     dists: list[dict[str, Any]] = [{} for _ in groups]
     for query, part, ratio in ((infer_sql, "latency_ms", BUCKET_RATIO), (queue_sql, "queue_ms", COARSE_RATIO)):
-        rows = Q.fetch_ints(db, query, 3)
+        if since_s:
+            rows = Q.fetch_ints(db, query, 3)
+        else:
+            keys, bucket, count = Q.fetch_packed(db, query, 1)
+            rows = np.stack([keys[:, 0], bucket, count], axis=1)
         rows = rows[rows[:, 0] < len(lookup)]
         seg = lookup[rows[:, 0]]
         rows, seg = rows[seg >= 0], seg[seg >= 0]
@@ -140,11 +142,8 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     for gid, a, z in spans:
         if gid in index:
             lo[index[gid]], hi[index[gid]] = a, z
-    hours = Q.fetch_ints(
-        db,
-        f"SELECT h.gid, h.hour, h.bucket, h.n FROM field_hour_hist h {of_groups} {hcond}",
-        4,
-    )
+    keys, bucket, count = Q.fetch_packed(db, f"SELECT h.gid, h.hour, h.hist FROM field_hours h {of_groups} {hcond}", 2)
+    hours = np.concatenate([keys, bucket[:, None], count[:, None]], axis=1)
     hours = hours[hours[:, 0] < len(lookup)]
     key = lookup[hours[:, 0]]
     hours, key = hours[key >= 0], key[key >= 0]
