@@ -118,7 +118,7 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
         if since_s:
             rows = Q.fetch_ints(db, query, 3)
         else:
-            keys, bucket, count = Q.fetch_packed(db, query, 1)
+            keys, bucket, count = Q.fetch_packed(db, query, 1, lookup)
             rows = np.stack([keys[:, 0], bucket, count], axis=1)
         rows = rows[rows[:, 0] < len(lookup)]
         seg = lookup[rows[:, 0]]
@@ -142,7 +142,9 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     for gid, a, z in spans:
         if gid in index:
             lo[index[gid]], hi[index[gid]] = a, z
-    keys, bucket, count = Q.fetch_packed(db, f"SELECT h.gid, h.hour, h.hist FROM field_hours h {of_groups} {hcond}", 2)
+    keys, bucket, count = Q.fetch_packed(
+        db, f"SELECT h.gid, h.hour, h.hist FROM field_hours h {of_groups} {hcond}", 2, lookup
+    )
     hours = np.concatenate([keys, bucket[:, None], count[:, None]], axis=1)
     hours = hours[hours[:, 0] < len(lookup)]
     key = lookup[hours[:, 0]]
