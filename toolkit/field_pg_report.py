@@ -81,28 +81,30 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
             "count(infer_ms) FILTER (WHERE ok), COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), "
             "count(queue_ms) FILTER (WHERE ok)"
         )
+        per_group = f"(SELECT gid, {stats} FROM {src} s GROUP BY gid)"
         infer_sql = f"SELECT gid, {BUCKET_SQL.format('infer_ms')} AS b, count(*) FROM {src} s "
         infer_sql += "WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2"
         queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
         queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
     else:  # one row per group over all time, its histograms packed (field_pg_schema)
-        src = f"(SELECT h.* FROM field_totals h {of_groups})"
-        stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
-        stats += "sum(queue_n)"
+        per_group = (
+            "(SELECT h.gid, h.requests, h.ok, h.first_ts, h.last_ts, h.infer_sum, h.infer_n, h.queue_sum, h.queue_n "
+            f"FROM field_totals h {of_groups})"
+        )
         infer_sql = f"SELECT h.gid, h.dist FROM field_totals h {of_groups}"
         queue_sql = f"SELECT h.gid, h.qdist FROM field_totals h {of_groups}"
     # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
         f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
-        f"(SELECT gid, {stats} FROM {src} s GROUP BY gid) s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
+        f"{per_group} s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
         "USING (gid) ORDER BY g.store_id, g.model NULLS FIRST, g.version NULLS FIRST"
     ).fetchall()
-    labels = {
-        r[0]: (sorted(x for x in r[1] if x), sorted(x for x in r[2] if x))
-        for r in db.execute(
-            "SELECT gid, array_agg(DISTINCT backend), array_agg(DISTINCT accelerator) FROM field_labels GROUP BY gid"
-        )
-    }
+    seen: dict[int, tuple[set[str], set[str]]] = {}
+    for gid, backend, accelerator in db.execute("SELECT gid, backend, accelerator FROM field_labels"):
+        pair = seen.setdefault(gid, (set(), set()))
+        pair[0].add(backend)
+        pair[1].add(accelerator)
+    labels = {gid: (sorted(x for x in b if x), sorted(x for x in a if x)) for gid, (b, a) in seen.items()}
     labs = {
         tuple(r[:3]): r[3:]
         for r in db.execute(
