@@ -7,7 +7,8 @@ Same dict as ``field.report`` over SQLite, with this resolution (``resolution`` 
   ``RESOLUTION`` (1 %) of the exact value (queueing times: ``COARSE_RATIO`` buckets, within 12 %); times at or
   below 1 µs count as 1 µs. Means, counts, first/last times
   and throughput are exact.
-- without ``since`` the entries come from the rollups; with it, from the records after the cutoff (exact in time).
+- without ``since`` the entries come from the all-time rollup (one row per device, model and version: with
+  ``model``, that model's rows only); with it, from the records after the cutoff (exact in time).
 - timelines have at most 60 points per version (and per model) of whole hours each (with ``since``, from the hour
   the cutoff falls into), located at the middle of the time they cover, their p50/p99 from hourly histograms
   ``COARSE_RATIO`` wide (within ``COARSE_RESOLUTION``, 12 %).
