@@ -83,17 +83,19 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
             "count(queue_ms) FILTER (WHERE ok)"
         )
         per_group = f"(SELECT gid, {stats} FROM {src} s GROUP BY gid)"
-        infer_sql = f"SELECT gid, {BUCKET_SQL.format('infer_ms')} AS b, count(*) FROM {src} s "
-        infer_sql += "WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2"
-        queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
-        queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
+        # both histograms in one pass over the records: GROUPING(b) tells the latency rows (0) from the queueing ones
+        buckets = (
+            f"SELECT GROUPING(b), gid, COALESCE(b, qb), count(*) FROM (SELECT gid, CASE WHEN ok AND infer_ms IS NOT "
+            f"NULL THEN {BUCKET_SQL.format('infer_ms')} END AS b, CASE WHEN ok AND queue_ms IS NOT NULL THEN "
+            f"{COARSE_SQL.format('queue_ms')} END AS qb FROM {src} s) s GROUP BY GROUPING SETS ((gid, b), (gid, qb)) "
+            "HAVING COALESCE(b, qb) IS NOT NULL"
+        )
     else:  # one row per group over all time, its histograms packed (field_pg_schema)
         per_group = (
             "(SELECT h.gid, h.requests, h.ok, h.first_ts, h.last_ts, h.infer_sum, h.infer_n, h.queue_sum, h.queue_n "
             f"FROM field_totals h {of_groups})"
         )
-        infer_sql = f"SELECT h.gid, h.dist FROM field_totals h {of_groups}"
-        queue_sql = f"SELECT h.gid, h.qdist FROM field_totals h {of_groups}"
+        packed = f"SELECT h.gid, h.dist FROM field_totals h {of_groups}"
     # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
         f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
@@ -117,12 +119,15 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     lookup = np.full(max(index, default=0) + 1, -1, dtype=np.int64)
     lookup[list(index)] = list(index.values())
     dists: list[dict[str, Any]] = [{} for _ in groups]
-    for query, part, ratio in ((infer_sql, "latency_ms", BUCKET_RATIO), (queue_sql, "queue_ms", COARSE_RATIO)):
-        if since_s:
-            rows = Q.fetch_ints(db, query, 3)
-        else:
-            keys, bucket, count = Q.fetch_packed(db, query, 1, lookup)
-            rows = np.stack([keys[:, 0], bucket, count], axis=1)
+    if since_s:
+        both = Q.fetch_ints(db, buckets, 4)
+        of_part = [both[both[:, 0] == k, 1:] for k in (0, 1)]
+    else:
+        of_part = []
+        for column in ("dist", "qdist"):
+            keys, bucket, count = Q.fetch_packed(db, packed.replace("h.dist", f"h.{column}"), 1, lookup)
+            of_part.append(np.stack([keys[:, 0], bucket, count], axis=1))
+    for rows, part, ratio in zip(of_part, ("latency_ms", "queue_ms"), (BUCKET_RATIO, COARSE_RATIO)):
         rows = rows[rows[:, 0] < len(lookup)]
         seg = lookup[rows[:, 0]]
         rows, seg = rows[seg >= 0], seg[seg >= 0]
