@@ -128,8 +128,7 @@ def ingest(url: str, n: int, records: int, per_pull: int, group: int) -> dict[st
             store.db.execute("SELECT pg_total_relation_size(%s)", (part,)).fetchone()[0] for part in store.partitions()
         )
         rollup_rows = store.db.execute(
-            "SELECT (SELECT count(*) FROM field_hours) + (SELECT count(*) FROM field_dist) + "
-            "(SELECT count(*) FROM field_queue_dist) + (SELECT count(*) FROM field_hour_hist)"
+            "SELECT (SELECT count(*) FROM field_hours) + (SELECT count(*) FROM field_totals)"
         ).fetchone()[0]
     total = n * records
     grouped = (n - per_pull) * records

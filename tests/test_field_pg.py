@@ -206,3 +206,63 @@ def test_a_postgresql_url_in_the_config_or_environment_is_kept_as_written(tmp_pa
     load_config(env).export(env)
     assert env["EDGEKIT_FIELD_STORE"] == url
     assert load_config({"EDGEKIT_FIELD_STORE": url, "HOME": str(tmp_path)}).field_store == url
+
+
+V1 = f"""
+CREATE TABLE field_dist AS SELECT gid, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_totals, unnest(dist) x;
+CREATE TABLE field_queue_dist AS SELECT gid, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_totals, unnest(qdist) x;
+CREATE TABLE field_hour_hist AS SELECT gid, hour, (x >> 40)::smallint AS bucket, (x & {(1 << 40) - 1})::int AS n
+    FROM field_hours, unnest(hist) x;
+ALTER TABLE field_hours DROP COLUMN hist;
+DROP TABLE field_totals, field_schema;
+DROP FUNCTION field_hist_add;
+DROP INDEX field_groups_model;
+"""
+
+
+def totals(store):
+    """field_totals by group: counters (sums rounded: their order of addition differs) and packed histograms."""
+    rows = store.db.execute(
+        "SELECT g.store_id, g.model, g.version, t.requests, t.ok, t.first_ts, t.last_ts, t.ok_first_ts, t.ok_last_ts, "
+        "round(t.infer_sum::numeric, 6), t.infer_n, round(t.queue_sum::numeric, 6), t.queue_n, t.dist, t.qdist "
+        "FROM field_totals t JOIN field_groups g USING (gid) ORDER BY 1, 2, 3"
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def test_the_all_time_rollup_is_idempotent_rebuilt_and_filled_on_upgrade(tmp_path, pg_url):
+    t0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
+    now = t0 + 3 * DAY
+    batches = [synthetic(f"store{d}", 1500, t0, seed=d) for d in range(3)]
+    with open_store(pg_url) as pgs, FieldStore(tmp_path / "f.db") as lite:
+        for b in batches:
+            pgs.store_batch(dict(b, records=b["records"][:700]), "d", None, None)  # two pulls: rows merged
+            pgs.store_batch(b, "d", None, None)
+            lite.store_batch(b, "d", None, None)
+        first = totals(pgs)
+        assert len(first) == 6 and sum(r[3] for r in first) == 4500
+        assert all(r[13] and r[13] == sorted(r[13]) for r in first)  # packed, buckets ascending
+        for b in batches:  # re-sent batches add nothing, to the all-time rollup either
+            assert pgs.store_batch(b, "d", None, None) == 0
+        assert totals(pgs) == first
+        full = report(pgs, now=now)
+        assert_same_report(report(lite, now=now), full)
+        assert pgs.rebuild_rollups() == 4500 and totals(pgs) == first
+        assert pgs.db.execute("SELECT version FROM field_schema").fetchall() == [(2,)]
+        hours = pgs.db.execute("SELECT gid, hour, hist FROM field_hours ORDER BY 1, 2").fetchall()
+        # the store as schema version 1 wrote it: histograms one row per bucket, no all-time rows
+        pgs.db.execute(V1)
+    with open_store(pg_url, create=False) as old, FieldStore(tmp_path / "f.db") as lite:
+        assert not old.created and totals(old) == first  # filled from the other rollups on first use
+        assert old.db.execute("SELECT gid, hour, hist FROM field_hours ORDER BY 1, 2").fetchall() == hours
+        assert old.db.execute("SELECT to_regclass('field_dist')").fetchone()[0] is None
+        assert_same_report(full, report(old, now=now))  # the same report (sums added in another order)
+        more = synthetic("store0", 300, t0 + DAY, seed=7, start_id=5000)  # later pulls add to the filled rows
+        for s in (old, lite):
+            s.store_batch(more, "d", None, None)
+        assert_same_report(report(lite, now=now), report(old, now=now))
+        assert_same_report(report(lite, model="m", now=now), report(old, model="m", now=now))
+    with open_store(pg_url, create=False) as again:  # upgraded once
+        assert again.db.execute("SELECT version FROM field_schema").fetchall() == [(2,)]

@@ -3,12 +3,13 @@
 Records are range-partitioned by time (one partition per UTC day, created when a batch first needs it) and keyed by
 (store_id, id, ts), so a re-sent batch adds nothing. A batch is copied into a temporary table and inserted with
 ``ON CONFLICT DO NOTHING``; the rows that were really inserted update, in the same statement, the rollups the report
-reads: per (device, model, version) and hour, request counts and sums (``field_hours``) and a coarse latency
-histogram for the timelines (``field_hour_hist``, buckets ``COARSE_RATIO`` wide); over all time, a histogram of
-latencies in fixed log-spaced buckets ``BUCKET_RATIO`` wide (``field_dist``: a percentile read from it is within
-``RESOLUTION`` of the exact one) and of queueing times in ``COARSE_RATIO`` buckets (``field_queue_dist``). At fleet
-density (a few records per device and hour) an hourly histogram as fine as that would hold as many rows as there are
-records, so a report with ``since`` reads the records in the partitions after the cutoff instead.
+reads: per (device, model, version) and hour, request counts and sums and a coarse latency histogram for the
+timelines (``field_hours``, buckets ``COARSE_RATIO`` wide); per group over all time the same counters, a histogram of
+latencies in fixed log-spaced buckets ``BUCKET_RATIO`` wide (a percentile read from it is within ``RESOLUTION`` of
+the exact one) and one of queueing times in ``COARSE_RATIO`` buckets (``field_totals``); histograms are packed into
+one array per row (``field_pg_schema``). At fleet density (a few records per device and hour) an hourly histogram as
+fine as the all-time one would hold about as many buckets as there are records, so a report with ``since`` reads the
+records in the partitions after the cutoff instead.
 The batch, its rollups and the cursor past it are one transaction, as in the SQLite store.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import EdgekitError
+from .field_pg_schema import SCHEMA_VERSION, V2_DDL, pack_sql, upgrade, version
 
 BUCKET_RATIO = 1.02  # each latency bucket is 2 % wide: its geometric midpoint is within 1 % of any value in it
 RESOLUTION = math.sqrt(BUCKET_RATIO) - 1.0
@@ -29,7 +31,7 @@ COARSE_RESOLUTION = math.sqrt(COARSE_RATIO) - 1.0
 BUCKET_FLOOR_MS = 0.001  # latencies at or below 1 µs land in bucket 0
 PARTITION_S = 86400
 
-DDL = """
+BASE_DDL = """
 CREATE TABLE IF NOT EXISTS field_devices(store_id TEXT PRIMARY KEY, name TEXT, hostname TEXT, machine TEXT,
     transport TEXT, root TEXT, last_pull DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS field_cursors(store_id TEXT PRIMARY KEY, after_id BIGINT, after_event BIGINT,
@@ -51,11 +53,9 @@ CREATE TABLE IF NOT EXISTS field_labels(gid INT, backend TEXT, accelerator TEXT,
 CREATE TABLE IF NOT EXISTS field_hours(gid INT, hour INT, requests BIGINT, ok BIGINT, first_ts DOUBLE PRECISION,
     last_ts DOUBLE PRECISION, ok_first_ts DOUBLE PRECISION, ok_last_ts DOUBLE PRECISION, infer_sum DOUBLE PRECISION,
     infer_n BIGINT, queue_sum DOUBLE PRECISION, queue_n BIGINT, PRIMARY KEY(gid, hour));
-CREATE TABLE IF NOT EXISTS field_dist(gid INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, bucket));
-CREATE TABLE IF NOT EXISTS field_queue_dist(gid INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, bucket));
-CREATE TABLE IF NOT EXISTS field_hour_hist(gid INT, hour INT, bucket SMALLINT, n INT, PRIMARY KEY(gid, hour,
-    bucket));
 """
+
+DDL = BASE_DDL + V2_DDL
 
 
 def _bucket_sql(ratio: float) -> str:
@@ -79,39 +79,47 @@ WITH ins AS (RECORDS), j AS MATERIALIZED (
         i.infer_ms, i.queue_ms FROM ins i JOIN field_groups g ON g.store_id = i.store_id
         AND g.model IS NOT DISTINCT FROM i.model AND g.version IS NOT DISTINCT FROM i.version
 ), hours AS (
-    INSERT INTO field_hours AS r SELECT gid, hour, count(*), count(*) FILTER (WHERE ok), min(ts), max(ts),
-        min(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL), max(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL),
-        COALESCE(sum(infer_ms) FILTER (WHERE ok), 0), count(infer_ms) FILTER (WHERE ok),
-        COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), count(queue_ms) FILTER (WHERE ok)
-    FROM j GROUP BY gid, hour
+    INSERT INTO field_hours AS r SELECT c.*, p.hist FROM (
+        SELECT gid, hour, count(*), count(*) FILTER (WHERE ok), min(ts), max(ts),
+            min(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL), max(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL),
+            COALESCE(sum(infer_ms) FILTER (WHERE ok), 0), count(infer_ms) FILTER (WHERE ok),
+            COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), count(queue_ms) FILTER (WHERE ok)
+        FROM j GROUP BY gid, hour) c
+    LEFT JOIN (SELECT gid, hour, {pack_sql("b", "n")} AS hist FROM (SELECT gid, hour,
+        {COARSE_SQL.format("infer_ms")} AS b, count(*) AS n FROM j WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2, 3) x
+        GROUP BY gid, hour) p USING (gid, hour)
     ON CONFLICT (gid, hour) DO UPDATE SET requests = r.requests + excluded.requests, ok = r.ok + excluded.ok,
         first_ts = LEAST(r.first_ts, excluded.first_ts), last_ts = GREATEST(r.last_ts, excluded.last_ts),
         ok_first_ts = LEAST(r.ok_first_ts, excluded.ok_first_ts),
         ok_last_ts = GREATEST(r.ok_last_ts, excluded.ok_last_ts), infer_sum = r.infer_sum + excluded.infer_sum,
         infer_n = r.infer_n + excluded.infer_n, queue_sum = r.queue_sum + excluded.queue_sum,
-        queue_n = r.queue_n + excluded.queue_n
+        queue_n = r.queue_n + excluded.queue_n, hist = field_hist_add(r.hist, excluded.hist)
     RETURNING 1
-), dist AS (
-    INSERT INTO field_dist AS r SELECT gid, {BUCKET_SQL.format("infer_ms")}, count(*)::int FROM j
-        WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2
-    ON CONFLICT (gid, bucket) DO UPDATE SET n = r.n + excluded.n
-    RETURNING 1
-), qdist AS (
-    INSERT INTO field_queue_dist AS r SELECT gid, {COARSE_SQL.format("queue_ms")}, count(*)::int FROM j
-        WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2
-    ON CONFLICT (gid, bucket) DO UPDATE SET n = r.n + excluded.n
-    RETURNING 1
-), hist AS (
-    INSERT INTO field_hour_hist AS r SELECT gid, hour, {COARSE_SQL.format("infer_ms")}, count(*)::int FROM j
-        WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2, 3
-    ON CONFLICT (gid, hour, bucket) DO UPDATE SET n = r.n + excluded.n
+), totals AS (
+    INSERT INTO field_totals AS r SELECT c.*, d.dist, q.qdist FROM (
+        SELECT gid, count(*), count(*) FILTER (WHERE ok), min(ts), max(ts),
+            min(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL), max(ts) FILTER (WHERE ok AND infer_ms IS NOT NULL),
+            COALESCE(sum(infer_ms) FILTER (WHERE ok), 0), count(infer_ms) FILTER (WHERE ok),
+            COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), count(queue_ms) FILTER (WHERE ok)
+        FROM j GROUP BY gid) c
+    LEFT JOIN (SELECT gid, {pack_sql("b", "n")} AS dist FROM (SELECT gid, {BUCKET_SQL.format("infer_ms")} AS b,
+        count(*) AS n FROM j WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2) x GROUP BY gid) d USING (gid)
+    LEFT JOIN (SELECT gid, {pack_sql("b", "n")} AS qdist FROM (SELECT gid, {COARSE_SQL.format("queue_ms")} AS b,
+        count(*) AS n FROM j WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2) x GROUP BY gid) q USING (gid)
+    ON CONFLICT (gid) DO UPDATE SET requests = r.requests + excluded.requests, ok = r.ok + excluded.ok,
+        first_ts = LEAST(r.first_ts, excluded.first_ts), last_ts = GREATEST(r.last_ts, excluded.last_ts),
+        ok_first_ts = LEAST(r.ok_first_ts, excluded.ok_first_ts),
+        ok_last_ts = GREATEST(r.ok_last_ts, excluded.ok_last_ts), infer_sum = r.infer_sum + excluded.infer_sum,
+        infer_n = r.infer_n + excluded.infer_n, queue_sum = r.queue_sum + excluded.queue_sum,
+        queue_n = r.queue_n + excluded.queue_n, dist = field_hist_add(r.dist, excluded.dist),
+        qdist = field_hist_add(r.qdist, excluded.qdist)
     RETURNING 1
 ), labels AS (
     INSERT INTO field_labels SELECT DISTINCT gid, COALESCE(backend, ''), COALESCE(accelerator, '') FROM j
     ON CONFLICT DO NOTHING RETURNING 1
 )
-SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM hours), (SELECT count(*) FROM hist),
-    (SELECT count(*) FROM dist), (SELECT count(*) FROM qdist), (SELECT count(*) FROM labels)
+SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM hours), (SELECT count(*) FROM totals),
+    (SELECT count(*) FROM labels)
 """
 # Everything a batch staged in _batch adds: the records (new ones only) and their rollups.
 INGEST_SQL = ROLLUP_SQL.replace(
@@ -166,10 +174,15 @@ class PgFieldStore:
                 f"no field store in {self.path}: `edgekit field pull --store URL` creates its tables, then "
                 "`edgekit field report --store URL` reads them"
             )
-        if self.created:
-            with self.db.transaction():
-                self.db.execute("SELECT pg_advisory_xact_lock(81807)")  # two hosts creating it at once
-                self.db.execute(DDL)
+        if self.created or version(self.db) < SCHEMA_VERSION:
+            try:
+                with self.db.transaction():
+                    self.db.execute("SELECT pg_advisory_xact_lock(81807)")  # two hosts creating or upgrading it
+                    self.db.execute(DDL)
+                    upgrade(self.db, self.created)
+            except BaseException:
+                self.db.close()
+                raise
         self._days: set[int] = set()
 
     def close(self) -> None:
@@ -245,7 +258,7 @@ class PgFieldStore:
         bulk COPY into field_records). Returns the records rolled up."""
         db = self.db
         with db.transaction():
-            db.execute("TRUNCATE field_hours, field_dist, field_queue_dist, field_hour_hist, field_labels")
+            db.execute("TRUNCATE field_hours, field_labels, field_totals")
             db.execute(
                 "INSERT INTO field_groups(store_id, model, version) SELECT DISTINCT store_id, model, version "
                 "FROM field_records ON CONFLICT DO NOTHING"

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .field_pg import BUCKET_FLOOR_MS
+from .field_pg_schema import COUNT_BITS, COUNT_MASK
 
 SHIFT = 1 << 16  # bucket numbers are below this (smallint)
 
@@ -26,6 +27,37 @@ def fetch_ints(db: Any, query: str, ncols: int) -> np.ndarray:
     return np.stack(out, axis=1).astype(np.int64)
 
 
+def fetch_packed(
+    db: Any, query: str, nkeys: int, rank: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of ``query`` (``nkeys`` integer columns, then a packed histogram, see ``field_pg_schema``) as one row per
+    bucket: an (n, nkeys) int64 array of keys, and the buckets and counts. The histograms are concatenated on the
+    server as they are stored (each array's binary form less its 20-byte header: a length and a value per element),
+    so the server does no work per bucket. With ``rank`` (a position per value of the first key, -1: leave the row
+    out), the rows are ordered by it, then by the other keys, before they are spread to their buckets."""
+    names = ", ".join([f"k{i}" for i in range(nkeys)] + ["p"])
+    cols = [f"array_send(array_agg(k{i}::int4))" for i in range(nkeys)] + ["array_send(array_agg(cardinality(p)))"]
+    cols.append("string_agg(substring(array_send(p) FROM 21), ''::bytea)")
+    with db.cursor(binary=True) as cur:
+        packed = cur.execute(f"SELECT {', '.join(cols)} FROM ({query}) q({names}) WHERE cardinality(p) > 0").fetchone()
+    empty = np.zeros(0, dtype=np.int64)
+    if packed[0] is None:
+        return np.zeros((0, nkeys), dtype=np.int64), empty, empty
+    ints = [np.frombuffer(bytes(col), dtype=">i4", offset=20)[1::2].astype(np.int64) for col in packed[:-1]]
+    keys, sizes = ints[:-1], ints[-1]
+    values = np.frombuffer(bytes(packed[-1]), dtype=np.dtype([("len", ">i4"), ("v", ">i8")]))["v"].astype(np.int64)
+    if rank is not None:
+        at = np.where(keys[0] < len(rank), rank[np.minimum(keys[0], len(rank) - 1)], -1)
+        order = np.lexsort([*keys[:0:-1], at])
+        order = order[at[order] >= 0]
+        starts = (np.cumsum(sizes) - sizes)[order]
+        keys, sizes = [k[order] for k in keys], sizes[order]
+        offsets = np.cumsum(sizes) - sizes
+        values = values[np.repeat(starts - offsets, sizes) + np.arange(int(sizes.sum()))]
+    rows = np.stack([np.repeat(k, sizes) for k in keys], axis=1)
+    return rows, values >> COUNT_BITS, values & COUNT_MASK
+
+
 def mid(bucket: np.ndarray, ratio: float) -> np.ndarray:
     return BUCKET_FLOOR_MS * ratio ** (bucket + 0.5)
 
@@ -34,6 +66,8 @@ def combine(seg: np.ndarray, bucket: np.ndarray, n: np.ndarray) -> tuple[np.ndar
     """Counts summed per (segment, bucket), sorted by segment then bucket; empty ones dropped."""
     keep = n > 0
     code = seg[keep] * SHIFT + bucket[keep]
+    if len(code) and bool(np.all(code[1:] > code[:-1])):  # already sorted and unique (rows in report order)
+        return code // SHIFT, code % SHIFT, n[keep].astype(np.int64)
     uniq, inverse = np.unique(code, return_inverse=True)
     counts = np.bincount(inverse, weights=n[keep]).astype(np.int64)
     return uniq // SHIFT, uniq % SHIFT, counts

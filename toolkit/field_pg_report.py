@@ -7,7 +7,8 @@ Same dict as ``field.report`` over SQLite, with this resolution (``resolution`` 
   ``RESOLUTION`` (1 %) of the exact value (queueing times: ``COARSE_RATIO`` buckets, within 12 %); times at or
   below 1 µs count as 1 µs. Means, counts, first/last times
   and throughput are exact.
-- without ``since`` the entries come from the rollups; with it, from the records after the cutoff (exact in time).
+- without ``since`` the entries come from the all-time rollup (one row per device, model and version: with
+  ``model``, that model's rows only); with it, from the records after the cutoff (exact in time).
 - timelines have at most 60 points per version (and per model) of whole hours each (with ``since``, from the hour
   the cutoff falls into), located at the middle of the time they cover, their p50/p99 from hourly histograms
   ``COARSE_RATIO`` wide (within ``COARSE_RESOLUTION``, 12 %).
@@ -81,28 +82,32 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
             "count(infer_ms) FILTER (WHERE ok), COALESCE(sum(queue_ms) FILTER (WHERE ok), 0), "
             "count(queue_ms) FILTER (WHERE ok)"
         )
-        infer_sql = f"SELECT gid, {BUCKET_SQL.format('infer_ms')} AS b, count(*) FROM {src} s "
-        infer_sql += "WHERE ok AND infer_ms IS NOT NULL GROUP BY 1, 2"
-        queue_sql = f"SELECT gid, {COARSE_SQL.format('queue_ms')} AS b, count(*) FROM {src} s "
-        queue_sql += "WHERE ok AND queue_ms IS NOT NULL GROUP BY 1, 2"
-    else:
-        src = f"(SELECT h.* FROM field_hours h {of_groups})"
-        stats = "sum(requests), sum(ok), min(first_ts), max(last_ts), sum(infer_sum), sum(infer_n), sum(queue_sum), "
-        stats += "sum(queue_n)"
-        infer_sql = f"SELECT h.gid, h.bucket, h.n FROM field_dist h {of_groups}"
-        queue_sql = f"SELECT h.gid, h.bucket, h.n FROM field_queue_dist h {of_groups}"
+        per_group = f"(SELECT gid, {stats} FROM {src} s GROUP BY gid)"
+        # both histograms in one pass over the records: GROUPING(b) tells the latency rows (0) from the queueing ones
+        buckets = (
+            f"SELECT GROUPING(b), gid, COALESCE(b, qb), count(*) FROM (SELECT gid, CASE WHEN ok AND infer_ms IS NOT "
+            f"NULL THEN {BUCKET_SQL.format('infer_ms')} END AS b, CASE WHEN ok AND queue_ms IS NOT NULL THEN "
+            f"{COARSE_SQL.format('queue_ms')} END AS qb FROM {src} s) s GROUP BY GROUPING SETS ((gid, b), (gid, qb)) "
+            "HAVING COALESCE(b, qb) IS NOT NULL"
+        )
+    else:  # one row per group over all time, its histograms packed (field_pg_schema)
+        per_group = (
+            "(SELECT h.gid, h.requests, h.ok, h.first_ts, h.last_ts, h.infer_sum, h.infer_n, h.queue_sum, h.queue_n "
+            f"FROM field_totals h {of_groups})"
+        )
+        packed = f"SELECT h.gid, h.dist FROM field_totals h {of_groups}"
     # summed per group id first, then labelled with its device, model and version (grouping by the text is slower)
     groups = db.execute(
         f"SELECT g.gid, g.store_id, g.model, g.version, s.a, s.b, s.c, s.d, s.e, s.f, s.h, s.i FROM "
-        f"(SELECT gid, {stats} FROM {src} s GROUP BY gid) s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
+        f"{per_group} s(gid, a, b, c, d, e, f, h, i) JOIN field_groups g "
         "USING (gid) ORDER BY g.store_id, g.model NULLS FIRST, g.version NULLS FIRST"
     ).fetchall()
-    labels = {
-        r[0]: (sorted(x for x in r[1] if x), sorted(x for x in r[2] if x))
-        for r in db.execute(
-            "SELECT gid, array_agg(DISTINCT backend), array_agg(DISTINCT accelerator) FROM field_labels GROUP BY gid"
-        )
-    }
+    seen: dict[int, tuple[set[str], set[str]]] = {}
+    for gid, backend, accelerator in db.execute("SELECT gid, backend, accelerator FROM field_labels"):
+        pair = seen.setdefault(gid, (set(), set()))
+        pair[0].add(backend)
+        pair[1].add(accelerator)
+    labels = {gid: (sorted(x for x in b if x), sorted(x for x in a if x)) for gid, (b, a) in seen.items()}
     labs = {
         tuple(r[:3]): r[3:]
         for r in db.execute(
@@ -114,8 +119,15 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     lookup = np.full(max(index, default=0) + 1, -1, dtype=np.int64)
     lookup[list(index)] = list(index.values())
     dists: list[dict[str, Any]] = [{} for _ in groups]
-    for query, part, ratio in ((infer_sql, "latency_ms", BUCKET_RATIO), (queue_sql, "queue_ms", COARSE_RATIO)):
-        rows = Q.fetch_ints(db, query, 3)
+    if since_s:
+        both = Q.fetch_ints(db, buckets, 4)
+        of_part = [both[both[:, 0] == k, 1:] for k in (0, 1)]
+    else:
+        of_part = []
+        for column in ("dist", "qdist"):
+            keys, bucket, count = Q.fetch_packed(db, packed.replace("h.dist", f"h.{column}"), 1, lookup)
+            of_part.append(np.stack([keys[:, 0], bucket, count], axis=1))
+    for rows, part, ratio in zip(of_part, ("latency_ms", "queue_ms"), (BUCKET_RATIO, COARSE_RATIO)):
         rows = rows[rows[:, 0] < len(lookup)]
         seg = lookup[rows[:, 0]]
         rows, seg = rows[seg >= 0], seg[seg >= 0]
@@ -130,17 +142,18 @@ def _report(store: PgFieldStore, model: str | None, since: str | float | None, n
     of_model = np.array([model_keys[(g[1], g[2])] for g in groups] or [0], dtype=np.int64)
     spans = db.execute(
         f"SELECT gid, min(ok_first_ts), max(ok_last_ts) FROM field_hours h WHERE infer_n > 0 {hcond} GROUP BY gid"
+        if since_s
+        else f"SELECT h.gid, h.ok_first_ts, h.ok_last_ts FROM field_totals h {of_groups} AND h.infer_n > 0"
     ).fetchall()
     lo = np.full(len(groups), np.inf)
     hi = np.full(len(groups), -np.inf)
     for gid, a, z in spans:
         if gid in index:
             lo[index[gid]], hi[index[gid]] = a, z
-    hours = Q.fetch_ints(
-        db,
-        f"SELECT h.gid, h.hour, h.bucket, h.n FROM field_hour_hist h {of_groups} {hcond}",
-        4,
+    keys, bucket, count = Q.fetch_packed(
+        db, f"SELECT h.gid, h.hour, h.hist FROM field_hours h {of_groups} {hcond}", 2, lookup
     )
+    hours = np.concatenate([keys, bucket[:, None], count[:, None]], axis=1)
     hours = hours[hours[:, 0] < len(lookup)]
     key = lookup[hours[:, 0]]
     hours, key = hours[key >= 0], key[key >= 0]
