@@ -190,6 +190,9 @@ def test_bad_url_unreachable_server_and_missing_store(pg, pg_url, monkeypatch):
     with open_store(pg_url) as empty:  # a new store reports nothing, in the same shape
         r = report(empty)
         assert (r["entries"], r["timelines"], r["records"], r["events"]) == ([], [], 0, [])
+        empty.db.execute("UPDATE field_schema SET version = version + 1")  # as a newer edgekit would leave it
+    with pytest.raises(EdgekitError, match="written by a newer edgekit .*upgrade edgekit"):
+        open_store(pg_url)
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(EdgekitError, match=r"edgekit\[postgres\]"):
         open_store(pg_url)

@@ -174,7 +174,7 @@ class PgFieldStore:
                 f"no field store in {self.path}: `edgekit field pull --store URL` creates its tables, then "
                 "`edgekit field report --store URL` reads them"
             )
-        if self.created or version(self.db) < SCHEMA_VERSION:
+        if self.created or version(self.db) != SCHEMA_VERSION:  # a newer one is refused by upgrade()
             try:
                 with self.db.transaction():
                     self.db.execute("SELECT pg_advisory_xact_lock(81807)")  # two hosts creating or upgrading it

@@ -65,7 +65,16 @@ def version(db: Any) -> int:
 def upgrade(db: Any, created: bool) -> None:
     """Bring the store up to ``SCHEMA_VERSION``, inside the caller's transaction and lock, after its tables were
     created (``created``: just now, empty) or found."""
-    if version(db) >= SCHEMA_VERSION:
+    found = version(db)
+    if found > SCHEMA_VERSION:
+        from .errors import EdgekitError
+
+        raise EdgekitError(
+            f"this PostgreSQL field store has schema version {found}, written by a newer edgekit (this one knows "
+            f"{SCHEMA_VERSION}): upgrade edgekit on this host (pip install -U edgekit) before it reads or writes "
+            "the store"
+        )
+    if found == SCHEMA_VERSION:
         return
     db.execute(V2_DDL)
     if not created:
