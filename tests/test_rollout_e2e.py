@@ -2,6 +2,7 @@
 field store has real records; a good bundle proceeds through three waves across a restart of the host side and an
 offline device; a slow bundle is stopped at wave 1 and rolled back, after the host process was killed mid-rollout."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -150,6 +151,9 @@ def serving(root):
 # A tiny model's p99 on a busy machine is a scheduling hiccup or two: loose p99, a p50 check, against a bundle
 # that is a hundred times slower.
 FAST = Thresholds(min_soak_s=1, min_samples=30, max_p99_regression=20.0, max_p50_regression=3.0, max_error_rate=0.05)
+# A good bundle must pass every wave: its p99 over at least 200 requests per device, so one stall of the machine
+# (an 8 ms request among 0.1 ms ones) is not the 99th percentile.
+GOOD = dataclasses.replace(FAST, min_samples=200)
 
 
 def test_good_bundle_proceeds_through_three_waves_across_a_restart_and_an_offline_device(
@@ -158,7 +162,7 @@ def test_good_bundle_proceeds_through_three_waves_across_a_restart_and_an_offlin
     inv, roots, traffic = emulated_fleet
     old = serving(roots[0])
     with RolloutState(tmp_path / "rollouts.db") as state:
-        r, _ = start(state, bundles["good"], inv, "lab", "1%,10%,50%,100%", FAST)
+        r, _ = start(state, bundles["good"], inv, "lab", "1%,10%,50%,100%", GOOD)
         assert len(r.waves) == 3
         late = r.waves[1][0]
         os.unlink(tmp_path / f"python-{late}")  # the second wave's device is offline

@@ -44,7 +44,8 @@ pytestmark = [
 APP = str(Path(__file__).parent / "harness" / "netns_app.py")
 DEVICES = 3
 # FAST-like thresholds (test_rollout_e2e.py): a loose p99, a p50 check, against a bundle a hundred times slower
-GATE = ["--min-soak", "1s", "--min-samples", "30", "--max-p99-regression", "2000%", "--max-p50-regression", "300%"]
+# A good bundle's p99 is judged over 200 requests per device (one stall of the machine is then not its p99).
+GATE = ["--min-soak", "1s", "--max-p99-regression", "2000%", "--max-p50-regression", "300%"]
 
 
 def version_of(bundle: Path) -> str:
@@ -158,9 +159,9 @@ def serving(f: SimpleNamespace, i: int) -> str:
     return str(json.loads(p.stdout)["tiny"])
 
 
-def rollout_args(f: SimpleNamespace, bundle: Path, state: Path) -> list[object]:
+def rollout_args(f: SimpleNamespace, bundle: Path, state: Path, samples: int = 30) -> list[object]:
     args: list[object] = [bundle, "--broker", f.url, "--fleet-name", "lab", "--store-url", f.store_url]
-    args += ["--publish-to", f.store, "--group", "lab", "--waves", "1,2,3", *GATE]
+    args += ["--publish-to", f.store, "--group", "lab", "--waves", "1,2,3", *GATE, "--min-samples", samples]
     return args + ["--interval", "0.3s", "--state", state, "--store", f.field]
 
 
@@ -189,7 +190,8 @@ def test_good_bundle_proceeds_across_an_offline_device_and_a_killed_controller(l
     f = lab_fleet
     state = f.dir / "good.db"
     good = version_of(f.bundles["good"])
-    p = in_lab(f.lab, "rollout", "start", *rollout_args(f, f.bundles["good"], state), "--no-wait", "--json")
+    args = rollout_args(f, f.bundles["good"], state, samples=200)
+    p = in_lab(f.lab, "rollout", "start", *args, "--no-wait", "--json")
     r = json.loads(p.stdout)
     assert len(r["waves"]) == 3 and r["status"] == "running", r
     late = r["waves"][1][0]  # the second wave's device is offline when its wave comes
