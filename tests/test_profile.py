@@ -202,8 +202,11 @@ def _check_profile(r, bundle):
     nodes = r["nodes"]
     assert len(nodes) > 20
     for n in nodes:
-        assert n["time_ms"] >= 0 and n["runs"] == 10 and n["accelerator"] and n["op"]
+        # a node counts the runs it executed in: OpenVINO's CPU plugin now and then reports a tiny node (0.001 ms)
+        # executed in only some of them (5 of 10 seen once)
+        assert n["time_ms"] >= 0 and 1 <= n["runs"] <= 10 and n["accelerator"] and n["op"]
         assert n["input_shapes"] and n["precision"]
+    assert sum(n["runs"] == 10 for n in nodes) >= 0.9 * len(nodes)
     assert sum(n["share"] for n in nodes) == pytest.approx(1.0)
     assert nodes[0]["input_shapes"][0] == [1, 3, 48, 192]  # the first layer reads the image
     lo, hi = RATIO_TOLERANCE
