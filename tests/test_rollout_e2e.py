@@ -83,22 +83,12 @@ class Traffic:
             t.start()
 
     def _loop(self, root):
-        from edgekit_sdk import AgentClient
+        from harness.netns_app import traffic
 
-        client = None
-        while not self.stop_event.is_set():
-            try:
-                client = client or AgentClient.local(root, timeout=10)
-                client.infer("tiny", {"input": X})
-                self.sent[root] += 1
-            except Exception:  # an install or a restart under the app: it tries again
-                if client is not None:
-                    client.close()
-                client = None
-                time.sleep(0.05)
-            time.sleep(0.01)
-        if client is not None:
-            client.close()
+        def count():
+            self.sent[root] += 1
+
+        traffic(root, self.stop_event, count)
 
     def wait_for(self, n, timeout=60):
         end = time.monotonic() + timeout

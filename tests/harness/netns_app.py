@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,18 +19,24 @@ from edgekit_sdk import AgentClient
 X = np.zeros((1, 3, 16, 16), np.float32)
 
 
-def traffic(root: str) -> None:
+def traffic(root: str, stop: Any = None, sent: Callable[[], None] | None = None) -> None:
+    """Requests to the agent at ``root`` in a loop until ``stop`` (a threading.Event; None: forever) is set;
+    ``sent`` is called after each answered one."""
     client = None
-    while True:
+    while stop is None or not stop.is_set():
         try:
             client = client or AgentClient.local(root, timeout=10)
             client.infer("tiny", {"input": X})
+            if sent is not None:
+                sent()
         except Exception:  # an install or a restart under the app: it tries again
             if client is not None:
                 client.close()
             client = None
             time.sleep(0.05)
         time.sleep(0.01)
+    if client is not None:
+        client.close()
 
 
 def serving(root: str) -> dict[str, str]:
