@@ -20,7 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 from edgekit.rollout import Controller, RolloutState, Thresholds, start
 
 # -- real agents, real traffic ---------------------------------------------------------------------------
-X = np.zeros((1, 3, 16, 16), np.float32)
 
 
 def heavy_cnn(path, convs=16, width=48):
